@@ -1,0 +1,197 @@
+"""Keyword bookmarks: keyword(s) + short note → page ids.
+
+Written automatically when a page is sealed (offline extraction below), by eviction when
+a page has none, and by the model through the `bookmark` tool. The extraction favours what
+a later question names: people and places (capitalised runs), numbers and dates, code
+identifiers, CJK terms and rare long words; a multi-word name also answers to its head word
+("Alpha module" → "alpha").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being
+    below between both but by can could did do does doing done down during each else even ever every few
+    for from further get gets getting got had has have having he her here hers herself him himself his how
+    i if in into is it its itself just let like lot lots made make many may me might more most much must
+    my myself no nor not now of off oh ok okay on once only or other our ours ourselves out over own pretty
+    quite really same see seem she should so some such sure than that thats the their theirs them themselves
+    then there these they thing things think this those though through to too under until up us very was
+    way we well were what when where which while who whom why will with would yeah yes yet you your yours
+    yourself yourselves hey hi hello thanks thank great good nice wow cool awesome glad know going want
+    something anything everything one ones still always never maybe sometimes im ive youre dont didnt
+    doesnt cant wont isnt arent wasnt theyre weve youve ill id hes shes lets gonna kinda sorta
+    yesterday today tomorrow last next week weeks month months year years day days time times""".split()
+)
+
+# Words that start sentences or are always capitalised without naming anything.
+NOT_NAMES = frozenset(
+    "i im i'm ive i've id i'd ill i'll the a an and but so oh hey hi yes no wow thanks thank what when where "
+    "why how who which that this these those it its my our your his her their we you they he she there here "
+    "if then also just well yeah okay ok sure great good nice cool awesome congrats congratulations "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)
+
+MONTHS = (
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec"
+).split()
+
+_NAME_RUN = re.compile(r"\b(?:[A-Z][\w'’-]*|[A-Z]{2,})(?:\s+(?:of\s+|de\s+|the\s+)?(?:[A-Z][\w'’-]*|[A-Z]{2,}|\d+))*")
+_IDENT = re.compile(r"`([^`\n]{2,40})`|\b([A-Za-z_][\w]*(?:[._][\w]+)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*)\b")
+_NUMBER = re.compile(r"(?<![\w.])\$?\d[\d,.]*(?:\s?(?:%|k|m|am|pm|kg|km|mi|miles|hours?|minutes?|years?|days?))?(?![\w.])")
+_DATE = re.compile(
+    r"\b\d{1,2}\s+(?:" + "|".join(MONTHS) + r")[a-z]*,?\s+\d{4}\b|\b(?:" + "|".join(MONTHS) + r")[a-z]*\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|\b\d{4}-\d{2}-\d{2}\b",
+    re.IGNORECASE,
+)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{2,}")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
+
+
+def normalize(keyword: str) -> str:
+    """The lookup form of a keyword: lower case, single spaces, no surrounding punctuation."""
+    return " ".join(re.sub(r"[^\w\s.#+/-]", " ", keyword.lower()).split()).strip(" .-/")
+
+
+def extract(text: str, limit: int = 6) -> list[str]:
+    """Offline keywords of a page, best first: names, dates, numbers, identifiers, CJK, rare words."""
+    body = "\n".join(_strip_speaker(line) for line in text.splitlines())
+    scored: Counter[str] = Counter()
+    display: dict[str, str] = {}
+
+    def add(keyword: str, weight: float) -> None:
+        key = normalize(keyword)
+        if len(key) < 2 or key in STOPWORDS or key in NOT_NAMES:
+            return
+        scored[key] += weight
+        display.setdefault(key, keyword.strip())
+
+    for match in _DATE.finditer(body):
+        add(match.group(0), 4.0)
+    for match in _NAME_RUN.finditer(body):
+        phrase = _trim_name(match.group(0))
+        if phrase:
+            add(phrase, 3.0 + 0.5 * phrase.count(" "))
+    for match in _IDENT.finditer(body):
+        add(match.group(1) or match.group(2), 3.0)
+    for match in _CJK.finditer(body):
+        run = match.group(0)
+        add(run if len(run) <= 8 else run[:8], 2.5)
+    for match in _NUMBER.finditer(body):
+        number = match.group(0).strip()
+        if len(re.sub(r"\D", "", number)) >= 2 or not number.isdigit():
+            add(number, 2.0)
+    words = Counter(w.lower() for w in _WORD.findall(body))
+    for word, count in words.items():
+        if word not in STOPWORDS:
+            add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
+    ranked = sorted(scored, key=lambda k: (-scored[k], k))
+    chosen: list[str] = []
+    for key in ranked:
+        if any(key in c.lower() for c in chosen):
+            continue  # already covered by a longer phrase
+        chosen.append(display[key])
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def aliases(keyword: str) -> set[str]:
+    """Cheap alternative lookup forms: the keyword itself, its head name, its parts of a compound."""
+    key = normalize(keyword)
+    out = {key}
+    parts = key.split()
+    if len(parts) > 1:
+        out.add(parts[0])
+        out.add(parts[-1])
+    if "_" in key or "." in key:
+        out.update(p for p in re.split(r"[._]", key) if len(p) > 2)
+    return {a for a in out if a and a not in STOPWORDS}
+
+
+def _strip_speaker(line: str) -> str:
+    head, sep, rest = line.partition(": ")
+    return rest if sep and len(head) <= 40 else line
+
+
+def _trim_name(phrase: str) -> str:
+    words = phrase.split()
+    while words and words[0].lower().strip("'’") in NOT_NAMES:
+        words.pop(0)
+    while words and words[-1].lower() in ("of", "de", "the"):
+        words.pop()
+    return " ".join(words)
+
+
+@dataclass
+class Bookmark:
+    """Keywords and a note that point at pages."""
+
+    keywords: tuple[str, ...]
+    pages: tuple[int, ...]
+    note: str = ""
+    source: str = "auto"   # auto (sealed or evicted), model, user
+    uid: str = ""
+    ts: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"keywords": list(self.keywords), "pages": list(self.pages), "note": self.note,
+                "source": self.source, "uid": self.uid, "ts": self.ts}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Bookmark":
+        return cls(tuple(d["keywords"]), tuple(int(p) for p in d["pages"]), d.get("note", ""),
+                   d.get("source", "auto"), d.get("uid", ""), float(d.get("ts", 0.0)))
+
+
+@dataclass
+class Directory:
+    """A session's bookmarks, indexed by every alias of every keyword."""
+
+    by_page: dict[int, list[str]] = field(default_factory=dict)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+    index: dict[str, set[int]] = field(default_factory=dict)
+    uids: set[str] = field(default_factory=set)
+
+    def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "", uid: str = "") -> None:
+        if uid:
+            if uid in self.uids:
+                return
+            self.uids.add(uid)
+        for n in pages:
+            have = self.by_page.setdefault(n, [])
+            for keyword in keywords:
+                if keyword not in have:
+                    have.append(keyword)
+            if note:
+                self.notes.setdefault(n, []).append(note)
+        for keyword in keywords:
+            for alias in aliases(keyword):
+                self.index.setdefault(alias, set()).update(pages)
+
+    def lookup(self, keyword: str) -> set[int]:
+        key = normalize(keyword)
+        found = set(self.index.get(key, ()))
+        if not found:
+            for alias in aliases(key):
+                found |= self.index.get(alias, set())
+        return found
+
+    def keywords(self, n: int) -> list[str]:
+        return self.by_page.get(n, [])
+
+    def matches(self, query: str) -> dict[int, float]:
+        """Pages whose keywords occur in the query, weighted by how specific the keyword is."""
+        q = " " + normalize(query) + " "
+        hits: dict[int, float] = {}
+        for alias, pages in self.index.items():
+            if len(alias) < 3 or f" {alias} " not in q:
+                continue
+            weight = (1.0 + alias.count(" ")) / max(1.0, len(pages) ** 0.5)
+            for n in pages:
+                hits[n] = hits.get(n, 0.0) + weight
+        return hits

@@ -1,0 +1,105 @@
+"""One frozen set of settings, built once (CLI flags, then environment, then defaults).
+
+No other module reads the environment; everything that varies is passed down from here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from .errors import ConfigError
+
+POLICIES = ("clock", "lru", "lfu", "scored")
+
+# Environment variable → field, for the settings a user may set outside the CLI.
+ENV = {
+    "PAGER_HOME": "home",
+    "PAGER_DB": "db",
+    "PAGER_SESSION": "session",
+    "PAGER_USER": "user",
+    "PAGER_MODEL": "model",
+    "PAGER_BUDGET": "budget",
+    "PAGER_POLICY": "policy",
+    "PAGER_PAGE_TOKENS": "page_tokens",
+    "PAGER_EMBEDDER": "embedder",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    home: Path = field(default_factory=lambda: Path.home() / ".pager")  # journal, traces, default db
+    db: str = ""                 # LanceDB URI; empty means <home>/db (may be s3://…)
+    session: str = "default"     # namespace of one conversation
+    user: str = ""               # namespace of one person across sessions
+    model: str = ""              # litellm model string; empty means the offline memory shell
+    budget: int = 8192           # tokens of the whole prompt the model sees
+    page_tokens: int = 256       # tokens per page and per frame, header included
+    policy: str = "clock"        # eviction policy: clock, lru, lfu, scored
+    map_tokens: int = 0          # memory-map reserve; 0 means budget/16 clamped to [48, 512]
+    output_tokens: int = 1024    # reserved for the model's reply, outside the budget
+    pressure: float = 0.85       # frames-in-use share above which the model is warned
+    autopage_share: float = 0.75 # share of frames automatic paging may fill for one message
+    autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
+    readahead: int = 1           # neighbours faulted with a page on each side, when they fit
+    max_steps: int = 8           # model calls per user message before the loop stops
+    flush_turns: int = 256       # journal records buffered before a batched store write
+    compact_every: int = 16      # batched store writes between compactions
+    keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
+    embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model
+    tokenizer: str = ""          # tiktoken encoding; empty means chosen from the model
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "home", Path(self.home).expanduser())
+        if self.page_tokens < 48:
+            raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if self.budget < self.page_tokens + 64:
+            raise ConfigError(
+                f"budget {self.budget} cannot hold one page of {self.page_tokens} tokens and a memory map; "
+                f"raise --budget to at least {self.page_tokens + 64}"
+            )
+        if not 0 < self.autopage_share <= 1:
+            raise ConfigError("autopage_share must be in (0, 1]")
+
+    @property
+    def db_uri(self) -> str:
+        return self.db or str(self.home / "db")
+
+    @property
+    def map_reserve(self) -> int:
+        return self.map_tokens or max(48, min(512, self.budget // 16))
+
+    @property
+    def encoding(self) -> str:
+        from .tokens import encoding_for_model
+
+        return self.tokenizer or encoding_for_model(self.model)
+
+    def with_(self, **changes) -> "Config":
+        return replace(self, **changes)
+
+    @classmethod
+    def load(cls, env: dict[str, str] | None = None, **flags) -> "Config":
+        """Flags that are not None win over the environment, which wins over the defaults."""
+        env = os.environ if env is None else env
+        types = {f.name: f.type for f in fields(cls)}
+        values: dict = {}
+        for var, name in ENV.items():
+            if env.get(var):
+                values[name] = _coerce(name, types[name], env[var], var)
+        values.update({k: v for k, v in flags.items() if v is not None})
+        return cls(**values)
+
+
+def _coerce(name: str, type_name: str, raw: str, source: str):
+    try:
+        if type_name == "int":
+            return int(raw)
+        if type_name == "float":
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"{source}={raw!r} is not a number; fix or unset {source}") from None
+    return raw

@@ -1,0 +1,180 @@
+"""Context assembly: what the model sees, never a token over the budget.
+
+Order (DESIGN.md step 3): the static prefix (system prompt, tool schemas: byte-stable across
+turns, so provider prompt caches hit), the memory map, the resident pages in conversation
+order each under its header, then the current message.
+
+Token accounting follows the chat format: each message costs its content plus
+MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
+is left after the fixed regions and the memory-map reserve; each page block (header, body
+and separator) fits one frame by construction, and the whole is counted once more at the
+end. If that final count were ever over, blocks would be dropped from view (and reported)
+rather than send an over-budget prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+
+from pager.prompts import render
+
+from .errors import BudgetError
+from .session import Session
+
+MESSAGE_OVERHEAD = 4
+REPLY_PRIMING = 3
+SEPARATOR = "\n\n"
+
+
+@dataclass
+class Context:
+    prefix: str
+    memory: str                      # memory map + page blocks: what the benchmark budget counts
+    message: str
+    pages: list[int]                 # page numbers shown, in conversation order
+    tokens: dict[str, int]           # per region, and "total"
+    frames: int
+    budget: int
+    dropped: list[int] = field(default_factory=list)
+
+    @property
+    def system(self) -> str:
+        return self.prefix + SEPARATOR + self.memory if self.prefix else self.memory
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256((self.system + "\x00" + self.message).encode()).hexdigest()[:16]
+
+    def messages(self) -> list[dict]:
+        out = [{"role": "system", "content": self.system}]
+        if self.message:
+            out.append({"role": "user", "content": self.message})
+        return out
+
+
+def message_tokens(session: Session, messages: list[dict]) -> int:
+    """Tokens of chat messages (content, tool calls) by the same accounting as the context."""
+    import json
+
+    total = 0
+    for m in messages:
+        total += MESSAGE_OVERHEAD + session.tokenizer.count(m.get("content") or "")
+        if m.get("tool_calls"):
+            total += session.tokenizer.count(json.dumps(m["tool_calls"], separators=(",", ":")))
+    return total
+
+
+def build(session: Session, message: str = "", prefix: str = "", scratch_tokens: int = 0, budget: int | None = None,
+          autopage: bool = True, chat: bool = True, hide_turn: int = 0) -> Context:
+    """Size the frames, page in what the message needs, and assemble the context.
+
+    chat=False counts only the memory region against the budget (the benchmark's definition).
+    """
+    cfg = session.home.config
+    budget = budget or cfg.budget
+    count = session.tokenizer.count
+    fixed = 0
+    if chat:
+        fixed = (count(prefix) + count(SEPARATOR) if prefix else 0) + MESSAGE_OVERHEAD + REPLY_PRIMING
+        fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
+    memory_budget = budget - fixed
+    map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
+    frames = (memory_budget - map_reserve) // session.page_tokens
+    if frames < 1:
+        raise BudgetError(
+            f"the prompt needs {fixed:,} tokens before memory (message of {count(message):,}), leaving "
+            f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
+            f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
+        )
+    session.resize(frames)
+    hits = session.autopage(message) if autopage and message else []
+    return assemble(session, message, prefix, budget, fixed, map_reserve, hits, hide_turn)
+
+
+def assemble(session: Session, message: str, prefix: str, budget: int, fixed: int, map_reserve: int,
+             hits=(), hide_turn: int = 0) -> Context:
+    count = session.tokenizer.count
+    shown: list[int] = []
+    blocks: list[str] = []
+    for n in session.resident():
+        body = session.body(n, hide_turn)
+        if body is None:
+            continue
+        shown.append(n)
+        blocks.append(session.header(n) + "\n" + body)
+    memory_map = render_map(session, map_reserve, [h.n for h in hits])
+    memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
+    used = count(memory)
+    dropped: list[int] = []
+    while fixed + used > budget and blocks:
+        # by construction this does not happen; if it ever does, show less rather than overflow
+        victim = min(range(len(shown)), key=lambda i: session.table[shown[i]].last_use)
+        dropped.append(shown.pop(victim))
+        blocks.pop(victim)
+        memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
+        used = count(memory)
+    map_tokens = count(memory_map)
+    tokens = {"prefix": count(prefix) if prefix else 0, "map": map_tokens, "pages": used - map_tokens,
+              "memory": used, "message": count(message) if message else 0, "total": fixed + used}
+    return Context(prefix, memory, message, shown, tokens, session.frames.count, budget, dropped)
+
+
+def render_map(session: Session, reserve: int, focus: list[int]) -> str:
+    """The memory map, cut to `reserve` tokens: usage, pressure, and bookmarks of pages on disk."""
+    cfg = session.home.config
+    count = session.tokenizer.count
+    used, frames = session.frames.used(), session.frames.count
+    pressure = used / frames if frames else 1.0
+    notice = ""
+    if pressure >= cfg.pressure and frames > 2:
+        upcoming = next_victims(session, 2)
+        if upcoming:
+            notice = render("pressure", policy=session.policy.name, next=", ".join(f"p{n}" for n in upcoming))
+    resident = session.resident()
+    text = render("memory_map", used=used, frames=frames, pressure=round(100 * pressure), pages=len(session.pages),
+                  turns=session.turn_count).rstrip("\n")
+    if count(text) > reserve:
+        return session.tokenizer.fit(text, reserve)
+    if notice and count(text + "\n" + notice) <= reserve:
+        text += "\n" + notice.rstrip("\n")
+    title = "bookmarks of pages on disk (page_in an id or keyword):"
+    if count(text + "\n" + title) + 12 <= reserve:
+        text += "\n" + title
+    else:
+        return text
+    resident_set = set(resident)
+    order = [n for n in focus if n not in resident_set]
+    order += [n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in set(order)]
+    lines: list[str] = []
+    budget = reserve - count(text)
+    for n in order:
+        keywords = session.directory.keywords(n)
+        if not keywords:
+            continue
+        date = session.pages[n].date_first
+        line = f"- p{n}{' (' + date + ')' if date else ''}: {', '.join(keywords[:5])}"
+        cost = count(line) + 1
+        if cost > budget:
+            break
+        lines.append(line)
+        budget -= cost
+    full = text + ("\n" + "\n".join(lines) if lines else "")
+    while lines and count(full) > reserve:
+        lines.pop()
+        full = text + ("\n" + "\n".join(lines) if lines else "")
+    return full
+
+
+def next_victims(session: Session, k: int) -> list[int]:
+    """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
+    policy = copy.deepcopy(session.policy)
+    table = {n: copy.copy(e) for n, e in session.table.items() if e.resident}
+    out: list[int] = []
+    for _ in range(k):
+        candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]
+        if not candidates:
+            break
+        out.append(policy.victim(candidates, session.tick).n)
+    return out

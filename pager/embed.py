@@ -1,0 +1,97 @@
+"""Embedders: text → unit vectors. Offline by default.
+
+wordllama ships its weights inside the package and needs no torch; its default loader
+looks in the wrong folder and tries a download, so the package folder is passed and
+downloads are disabled. `hash` is a dependency-free fallback for tests and tiny machines;
+any other name is taken as a litellm embedding model (used only when configured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class WordLlamaEmbedder:
+    name = "wordllama"
+    dim = 256
+
+    def __init__(self) -> None:
+        import os
+
+        import wordllama
+        from wordllama import WordLlama
+
+        folder = os.path.dirname(wordllama.__file__)
+        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._model.embed(list(texts), norm=True)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class HashEmbedder:
+    """Signed feature hashing of words and word pairs; deterministic, no model."""
+
+    name = "hash"
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = re.findall(r"\w+", text.lower())
+            for feature in words + [a + " " + b for a, b in zip(words, words[1:])]:
+                h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+                out[row, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+class LiteLLMEmbedder:
+    """A provider's embedding model through litellm (needs its key or server)."""
+
+    def __init__(self, model: str, dim: int | None = None) -> None:
+        self.name = model
+        self.dim = dim or len(self.embed(["dimension probe"])[0])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        from .llm import litellm
+
+        response = litellm().embedding(model=self.name, input=list(texts))
+        vectors = np.array([row["embedding"] for row in response.data], dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.where(norms == 0, 1, norms)
+
+
+_CACHE: dict[str, Embedder] = {}
+
+
+def make_embedder(name: str) -> Embedder:
+    """The embedder called `name`, loaded once per process."""
+    if name not in _CACHE:
+        if name == "wordllama":
+            try:
+                _CACHE[name] = WordLlamaEmbedder()
+            except ImportError as exc:
+                raise ConfigError(f"wordllama is not installed ({exc}); reinstall pager or set PAGER_EMBEDDER=hash") from None
+        elif name == "hash":
+            _CACHE[name] = HashEmbedder()
+        else:
+            _CACHE[name] = LiteLLMEmbedder(name)
+    return _CACHE[name]

@@ -1,0 +1,39 @@
+"""Errors of the user or the programmer. Each message names the fix.
+
+Mistakes of the model never raise: they come back to it as tool-result text (see
+pager.tools). Everything here is for people, and the CLI prints it as one line.
+"""
+
+
+class PagerError(Exception):
+    """Base of every known failure; the CLI prints its message and exits non-zero."""
+
+    exit_code = 1
+
+
+class ConfigError(PagerError):
+    """A setting is out of range or contradicts another."""
+
+    exit_code = 2
+
+
+class BudgetError(PagerError):
+    """The token budget cannot hold what must be in it."""
+
+
+class PageNotFound(PagerError):
+    """A page id that the session does not have."""
+
+
+class InputError(PagerError):
+    """A file, message or argument that pager cannot accept as it is."""
+
+    exit_code = 2
+
+
+class StoreError(PagerError):
+    """The disk (LanceDB or the journal) refused or is damaged."""
+
+
+class ModelError(PagerError):
+    """The model provider failed in a way retries did not fix."""

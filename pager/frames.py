@@ -1,0 +1,84 @@
+"""The frame table: fixed-size slots of the prompt, and the loop that evicts until a page fits."""
+
+from __future__ import annotations
+
+from typing import Callable, Collection
+
+from .errors import BudgetError
+from .page_table import Entry, PageTable
+from .policy import Policy
+
+
+class Frames:
+    """`count` slots of page_tokens tokens; each holds one page number or None."""
+
+    def __init__(self, count: int, table: PageTable, policy: Policy):
+        self.slots: list[int | None] = [None] * count
+        self.table = table
+        self.policy = policy
+
+    @property
+    def count(self) -> int:
+        return len(self.slots)
+
+    def used(self) -> int:
+        return sum(s is not None for s in self.slots)
+
+    def free_slot(self) -> int | None:
+        return next((i for i, s in enumerate(self.slots) if s is None), None)
+
+    def place(self, entry: Entry) -> int:
+        slot = self.free_slot()
+        assert slot is not None, "make_room before place"
+        self.slots[slot] = entry.n
+        entry.resident, entry.frame = True, slot
+        return slot
+
+    def release(self, entry: Entry) -> None:
+        if entry.resident and 0 <= entry.frame < len(self.slots) and self.slots[entry.frame] == entry.n:
+            self.slots[entry.frame] = None
+        entry.resident, entry.frame, entry.referenced = False, -1, False
+
+    def candidates(self, protect: Collection[int]) -> list[Entry]:
+        return [
+            self.table[n]
+            for n in self.slots
+            if n is not None and n not in protect and not self.table[n].pinned
+        ]
+
+    def make_room(self, protect: Collection[int], now: int, evict: Callable[[Entry], None], free: int = 1) -> None:
+        """Evict by policy until `free` slots are empty; protected and pinned pages stay."""
+        while sum(s is None for s in self.slots) < free:
+            candidates = self.candidates(protect)
+            if not candidates:
+                held = self.count - sum(s is None for s in self.slots)
+                raise BudgetError(
+                    f"all {held} frames hold pinned or in-use pages, so nothing can be paged in; "
+                    "raise --budget, unpin a page, or lower page_tokens"
+                )
+            evict(self.policy.victim(candidates, now))
+
+    def resize(self, count: int, protect: Collection[int], now: int, evict: Callable[[Entry], None]) -> None:
+        """Grow or shrink to `count` slots, evicting by policy when the resident set no longer fits."""
+        if count < 1:
+            raise BudgetError("the budget leaves no frame for pages; raise --budget or lower page_tokens")
+        resident = [n for n in self.slots if n is not None]
+        excess = len(resident) - count
+        if excess > 0:
+            self.make_room(protect, now, evict, free=self.count - count)
+        if count < self.count:
+            keep = [n for n in self.slots if n is not None]
+            self.slots = [None] * count
+            # pages above the new top move down into free slots; their frame numbers change
+            for n in keep:
+                entry = self.table[n]
+                if entry.frame < count:
+                    self.slots[entry.frame] = n
+            for n in keep:
+                entry = self.table[n]
+                if entry.frame >= count:
+                    slot = self.free_slot()
+                    self.slots[slot] = n
+                    entry.frame = slot
+        else:
+            self.slots.extend([None] * (count - self.count))

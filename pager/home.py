@@ -1,0 +1,225 @@
+"""A pager home: the store, the journal, the locks, and the sessions open in this process.
+
+    PAGER_HOME/
+      db/         LanceDB tables (or --db / PAGER_DB elsewhere, s3:// included)
+      journal/    one segment per live process; fsync'd before a turn is acknowledged
+      locks/      one file per session: flock for appends, holding "last_turn generation"
+      traces/     one JSONL trace per session run
+
+The journal and locks are local: several processes on one machine may share a session
+(turn numbers are assigned under the session's lock, and each process reads the others'
+journal segments). Processes on different machines may share the store for different
+sessions.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .config import Config
+from .embed import Embedder, make_embedder
+from .errors import StoreError
+from .journal import Journal
+from .page import Turn
+from .store import Batch, LanceStore, MemoryStore, Store
+from .tokens import Tokenizer, get_tokenizer
+
+
+@dataclass
+class SessionLock:
+    path: Path
+    fd: int
+    last_turn: int = 0
+    generation: int = 0
+
+    def advance(self, last_turn: int, ops: int) -> None:
+        self.last_turn, self.generation = last_turn, self.generation + ops
+        data = f"{self.last_turn} {self.generation}\n".encode()
+        os.pwrite(self.fd, data.ljust(40), 0)
+
+
+def _read_counts(data: bytes) -> tuple[int, int]:
+    parts = data.split()
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return 0, 0
+
+
+class Home:
+    def __init__(self, config: Config, store: Store | None = None, embedder: Embedder | None = None,
+                 tokenizer: Tokenizer | None = None, clock: Callable[[], float] = time.time,
+                 durable: bool = True) -> None:
+        self.config = config
+        self.clock = clock
+        self.path = Path(config.home)
+        try:
+            for sub in ("journal", "locks", "traces"):
+                (self.path / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
+        self.tokenizer = tokenizer or get_tokenizer(config.encoding)
+        self._embedder = embedder
+        self._store = store
+        self.journal = Journal(self.path / "journal", fsync=durable)
+        self.sessions: dict[tuple[str, str], "Session"] = {}
+        self.flushes = 0
+        self._closed = False
+        self._sweep_tmp()
+        self.recover()
+
+    # -- lazily built parts (LanceDB and the embedder cost seconds to import) ----------------------------
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.config.embedder)
+        return self._embedder
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = LanceStore(self.config.db_uri, self.embedder.dim)
+        return self._store
+
+    # -- sessions -------------------------------------------------------------------------------------
+    def open(self, session: str | None = None, user: str | None = None, policy: str | None = None) -> "Session":
+        from .session import Session
+
+        key = (self.config.user if user is None else user, self.config.session if session is None else session)
+        if key not in self.sessions:
+            s = Session(self, key[0], key[1], policy)
+            s.generation = self.read_generation(s)
+            self.sessions[key] = s
+        return self.sessions[key]
+
+    def _lock_path(self, user: str, session: str) -> Path:
+        digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:32]
+        return self.path / "locks" / f"{digest}.lock"
+
+    @contextmanager
+    def session_lock(self, s) -> Iterator[SessionLock]:
+        path = self._lock_path(s.user, s.name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            last, gen = _read_counts(os.pread(fd, 64, 0))
+            yield SessionLock(path, fd, last, gen)
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def read_generation(self, s) -> int:
+        return self._read_lock(s)[1]
+
+    def read_last_turn(self, s) -> int:
+        return self._read_lock(s)[0]
+
+    def _read_lock(self, s) -> tuple[int, int]:
+        try:
+            return _read_counts(self._lock_path(s.user, s.name).read_bytes())
+        except FileNotFoundError:
+            return 0, 0
+
+    # -- durability -----------------------------------------------------------------------------------
+    def journal_append(self, records: list[dict]) -> None:
+        self.journal.append(records)
+
+    def maybe_flush(self) -> None:
+        if self.journal.written >= self.config.flush_turns:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every open session's pending turns, pages, bookmarks and page table in one batch."""
+        batch = Batch()
+        for s in self.sessions.values():
+            part = s.take_pending()
+            batch.turns += part.turns
+            batch.pages += part.pages
+            batch.vectors += part.vectors
+            batch.bookmarks += part.bookmarks
+            batch.states.update(part.states)
+        if not batch:
+            return
+        self.store.put(batch)
+        self.journal.rotate()
+        self.flushes += 1
+        if self.flushes % self.config.compact_every == 0:
+            self.store.compact(self.config.keep_versions_s)
+
+    def recover(self) -> int:
+        """Replay journal segments left by dead processes into the store; returns records recovered."""
+        count = 0
+        for _path, records in self.journal.orphans():
+            by_session: dict[tuple[str, str], list[dict]] = {}
+            for r in records:
+                by_session.setdefault((r.get("user", ""), r.get("session", "")), []).append(r)
+            for (user, session), rows in by_session.items():
+                count += self._recover_session(user, session, rows)
+            self.flush()
+        return count
+
+    def _recover_session(self, user: str, session: str, rows: list[dict]) -> int:
+        from .bookmarks import Bookmark
+
+        s = self.open(session, user)
+        recovered = 0
+        for r in sorted((r for r in rows if r.get("op") == "turn"), key=lambda r: r["turn"]):
+            if r["turn"] > s.turn_count:
+                t = Turn(**{k: r[k] for k in Turn.__dataclass_fields__})
+                s._pack(t, 0, own=True)
+                recovered += 1
+            elif r["turn"] > 0:
+                # already packed from the store or another segment, but maybe never written there
+                s.pending.turns.append(Turn(**{k: r[k] for k in Turn.__dataclass_fields__}))
+        for r in rows:
+            if r.get("op") == "bookmark":
+                mark = Bookmark.from_dict(r)
+                s.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
+                s.pending.bookmarks.append((user, session, mark))
+            elif r.get("op") == "pin" and r["page"] in s.table:
+                s.table[r["page"]].pinned = bool(r["pinned"])
+        s._embed_pending()
+        return recovered
+
+    def _sweep_tmp(self) -> None:
+        """Remove temporary files a killed LanceDB writer left under the local store."""
+        uri = self.config.db_uri
+        if "://" in uri or not Path(uri).exists():
+            return
+        cutoff = time.time() - 60
+        for tmp in Path(uri).glob("*/data/.tmp*"):
+            try:
+                if tmp.stat().st_mtime < cutoff:
+                    shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        self.journal.close(remove=True)
+        self._closed = True
+
+    def __enter__(self) -> "Home":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            # keep the journal: whatever was accepted is replayed by the next process
+            self.journal.close(remove=False)
+            self._closed = True
+
+
+def memory_home(config: Config, embedder: Embedder | None = None, **kw) -> Home:
+    """A home whose store is in memory and whose journal is not fsync'd (benchmarks, tests)."""
+    return Home(config, store=MemoryStore(), embedder=embedder, durable=False, **kw)

@@ -1,0 +1,192 @@
+"""Turns and pages, and the packer that lays turns onto pages.
+
+Pages are packed: consecutive turns share a page until the next one would not fit, so a
+frame is nearly full of conversation instead of one short turn and empty space. A turn
+longer than a page spans several. Packing is deterministic (same turns, tokenizer and
+page size give the same pages), so any process can rebuild the open tail page from the
+turns, and two processes on one session seal identical pages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .tokens import Tokenizer
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of the conversation, as accepted."""
+
+    session: str
+    turn: int            # 1-based position in the session
+    speaker: str
+    text: str
+    role: str = "user"   # user or assistant
+    date: str = ""       # human date label, e.g. "8 May 2023"
+    ts: float = 0.0      # seconds since the epoch
+    ref: str = ""        # id in an imported file, e.g. LoCoMo "D1:3"
+    user: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def header_reserve(page_tokens: int) -> int:
+    """Tokens kept free on each page for its header: `[p42 · 8 May 2023 · bookmarks: …]`."""
+    return min(32, page_tokens // 5)
+
+
+@dataclass(frozen=True)
+class Page:
+    """An immutable run of consecutive conversation, at most page_tokens tokens with its header."""
+
+    session: str
+    n: int                                  # 1-based page number in the session
+    text: str                               # the body, one line per turn or part of a turn
+    tokens: int                             # tokens of the body
+    spans: tuple[tuple[int, int, int], ...]  # (turn, start char, end char) held, in order
+    speakers: tuple[str, ...] = ()
+    date_first: str = ""
+    date_last: str = ""
+    ts_first: float = 0.0
+    ts_last: float = 0.0
+    refs: tuple[str, ...] = ()              # imported ids of the turns held
+    keywords: tuple[str, ...] = ()          # automatic bookmarks written when sealed
+    importance: float = 0.0
+    user: str = ""
+
+    @property
+    def id(self) -> str:
+        return page_id(self.n)
+
+    @property
+    def turns(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(t for t, _, _ in self.spans))
+
+    @property
+    def first_turn(self) -> int:
+        return self.spans[0][0] if self.spans else 0
+
+    @property
+    def last_turn(self) -> int:
+        return self.spans[-1][0] if self.spans else 0
+
+
+def page_id(n: int) -> str:
+    return f"p{n}"
+
+
+def parse_page_id(text: str) -> int | None:
+    """The page number of 'p42' (or '42'); None if text is not a page id."""
+    text = text.strip().lower()
+    digits = text[1:] if text.startswith("p") else text
+    return int(digits) if digits.isdigit() and len(digits) < 12 else None
+
+
+@dataclass
+class _Piece:
+    turn: Turn
+    start: int
+    end: int
+    line: str
+
+
+@dataclass
+class Packer:
+    """Lays turns onto pages; the pieces not yet sealed are the open tail page."""
+
+    session: str
+    tokenizer: Tokenizer
+    page_tokens: int
+    next_n: int = 1
+    user: str = ""
+    pieces: list[_Piece] = field(default_factory=list)
+    body_tokens: int = 0
+
+    @property
+    def capacity(self) -> int:
+        # header, its newline and the separator to the next block all fit the frame
+        return self.page_tokens - header_reserve(self.page_tokens) - 2
+
+    def add(self, turn: Turn, start: int = 0) -> list[Page]:
+        """Append turn (from char start on); return the pages this sealed."""
+        sealed: list[Page] = []
+        text = turn.text
+        while True:
+            line = self._line(turn, start, text[start:])
+            body = self._body_with(line)
+            tokens = self.tokenizer.count(body)
+            if tokens <= self.capacity:
+                self.pieces.append(_Piece(turn, start, len(text), line))
+                self.body_tokens = tokens
+                return sealed
+            if self.pieces:
+                sealed.append(self.seal())
+                continue
+            end = self._split_point(turn, start)
+            self.pieces.append(_Piece(turn, start, end, self._line(turn, start, text[start:end])))
+            sealed.append(self.seal())
+            start = end
+            if start >= len(text):
+                return sealed
+
+    def seal(self) -> Page:
+        """Close the open page (it must hold something) and start the next."""
+        pieces = self.pieces
+        text = "\n".join(p.line for p in pieces)
+        turns = [p.turn for p in pieces]
+        page = Page(
+            session=self.session,
+            n=self.next_n,
+            text=text,
+            tokens=self.tokenizer.count(text),
+            spans=tuple((p.turn.turn, p.start, p.end) for p in pieces),
+            speakers=tuple(dict.fromkeys(t.speaker for t in turns)),
+            date_first=turns[0].date,
+            date_last=turns[-1].date,
+            ts_first=turns[0].ts,
+            ts_last=turns[-1].ts,
+            refs=tuple(dict.fromkeys(t.ref for t in turns if t.ref)),
+            user=self.user,
+        )
+        self.pieces = []
+        self.body_tokens = 0
+        self.next_n += 1
+        return page
+
+    def tail(self) -> Page:
+        """The open page as it stands (possibly empty), numbered as it will be sealed."""
+        pieces = self.pieces
+        if not pieces:
+            return Page(self.session, self.next_n, "", 0, (), user=self.user)
+        saved = (self.pieces, self.body_tokens, self.next_n)
+        page = self.seal()
+        self.pieces, self.body_tokens, self.next_n = saved
+        return page
+
+    def _line(self, turn: Turn, start: int, chunk: str) -> str:
+        marker = ""
+        previous = self.pieces[-1].turn if self.pieces else None
+        if previous is not None and turn.date and turn.date != previous.date:
+            marker = f"({turn.date})\n"
+        cont = " (cont.)" if start else ""
+        return f"{marker}{turn.speaker}{cont}: {chunk}"
+
+    def _body_with(self, line: str) -> str:
+        if not self.pieces:
+            return line
+        return "\n".join(p.line for p in self.pieces) + "\n" + line
+
+    def _split_point(self, turn: Turn, start: int) -> int:
+        """The end of the longest piece of turn from start that fits an empty page."""
+        text = turn.text
+        lo, hi = start + 1, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.tokenizer.count(self._line(turn, start, text[start:mid])) <= self.capacity:
+                lo = mid
+            else:
+                hi = mid - 1
+        space = text.rfind(" ", start + 1, lo)
+        return space + 1 if space > start + (lo - start) // 2 else lo

@@ -1,0 +1,110 @@
+"""Eviction policies: which resident page gives up its frame.
+
+A policy is told of every use (`touch`) and asked for a victim among the candidates the
+frame table offers (never pinned pages, never the open tail). Policies do no I/O and
+read nothing but the page-table entries, so a replay under another policy is exact.
+
+CLOCK is the default: it approximates LRU with one bit per frame, so a page that was used
+once long ago and a page used again since are told apart without a sorted structure, and
+in traces of agent sessions (bursty re-reads of the same few pages) it stays near LRU
+while costing O(1) per use.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, Sequence
+
+from .page_table import Entry
+
+
+class Policy(Protocol):
+    name: str
+
+    def touch(self, entry: Entry, now: int) -> None: ...
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry: ...
+
+
+class LRU:
+    """Least recently used."""
+
+    name = "lru"
+
+    def touch(self, entry: Entry, now: int) -> None:
+        pass
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        return min(candidates, key=lambda e: (e.last_use, e.n))
+
+
+class LFU:
+    """Least frequently used; the least recent among equals."""
+
+    name = "lfu"
+
+    def touch(self, entry: Entry, now: int) -> None:
+        pass
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        return min(candidates, key=lambda e: (e.use_count, e.last_use, e.n))
+
+
+class Clock:
+    """Second chance: the hand sweeps frames, clearing referenced bits, and takes the first clear one."""
+
+    name = "clock"
+
+    def __init__(self) -> None:
+        self.hand = 0
+
+    def touch(self, entry: Entry, now: int) -> None:
+        pass  # the referenced bit is set by the page table on every use
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        ring = sorted(candidates, key=lambda e: e.frame)
+        start = next((i for i, e in enumerate(ring) if e.frame >= self.hand), 0)
+        for step in range(2 * len(ring) + 1):
+            entry = ring[(start + step) % len(ring)]
+            if entry.referenced:
+                entry.referenced = False
+                continue
+            self.hand = entry.frame + 1
+            return entry
+        raise AssertionError("unreachable: a full sweep clears every bit")
+
+
+class Scored:
+    """Evicts the lowest recency × importance × relevance.
+
+    recency halves every `half_life` ticks since last use; importance (what the page holds:
+    names, numbers, decisions) and relevance (its last search score) each count from a floor
+    so that a page scoring zero on one signal is still ordered by the others.
+    """
+
+    name = "scored"
+
+    def __init__(self, half_life: float = 32.0) -> None:
+        self.half_life = half_life
+
+    def touch(self, entry: Entry, now: int) -> None:
+        pass
+
+    def score(self, entry: Entry, now: int) -> float:
+        recency = math.exp2(-(now - entry.last_use) / self.half_life)
+        return recency * (0.5 + entry.importance) * (0.25 + entry.relevance)
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        return min(candidates, key=lambda e: (self.score(e, now), e.last_use, e.n))
+
+
+POLICY_CLASSES = {cls.name: cls for cls in (Clock, LRU, LFU, Scored)}
+
+
+def make_policy(name: str) -> Policy:
+    from .errors import ConfigError
+
+    try:
+        return POLICY_CLASSES[name]()
+    except KeyError:
+        raise ConfigError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_CLASSES)}") from None

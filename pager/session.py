@@ -1,0 +1,410 @@
+"""One session's virtual memory: the page table, the frames, the open tail, the index.
+
+Every page enters a frame through `fault` and leaves through `_evict`; tools, automatic
+paging, pinning and replay all go through those two, so each movement is one event.
+Pages are never deleted: eviction only changes residency.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from . import bookmarks as bm
+from .errors import BudgetError, InputError, PageNotFound
+from .frames import Frames
+from .page import Packer, Page, Turn, header_reserve, page_id, parse_page_id
+from .page_table import Entry, PageTable
+from .policy import make_policy
+from .search import Hit, Index
+from .store import Batch
+from .trace import Events
+
+if TYPE_CHECKING:
+    from .home import Home
+
+SPEAKER_TOKENS = 16
+
+
+def date_label(ts: float) -> str:
+    return time.strftime("%-d %b %Y", time.localtime(ts))
+
+
+class Session:
+    def __init__(self, home: "Home", user: str, name: str, policy: str | None = None) -> None:
+        cfg = home.config
+        self.home, self.user, self.name = home, user, name
+        self.tokenizer = home.tokenizer
+        self.clock = home.clock
+        self.events = Events(home.clock)
+        state = home.store.state(user, name) or {}
+        self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
+        self.policy = make_policy(policy or state.get("policy") or cfg.policy)
+        self.table = PageTable()
+        self.pages: dict[int, Page] = {}
+        self.directory = bm.Directory()
+        self.index = Index(home.embedder.dim)
+        self.packer = Packer(name, self.tokenizer, self.page_tokens, user=user)
+        self.frames = Frames(max(1, (cfg.budget - cfg.map_reserve) // self.page_tokens), self.table, self.policy)
+        self.tick = 0
+        self.turn_count = 0
+        self.generation = 0
+        self.counters = {"faults": 0, "hits": 0, "evictions": 0}
+        self.pending = Batch()
+        self.journal_offsets: dict[str, int] = {}
+        self._unembedded: list[Page] = []
+        self._load(state)
+
+    # -- identity -----------------------------------------------------------------------------------
+    @property
+    def tail_n(self) -> int:
+        return self.packer.next_n
+
+    def key(self) -> tuple[str, str]:
+        return (self.user, self.name)
+
+    def emit(self, kind: str, **data):
+        return self.events.emit(kind, **data)
+
+    # -- loading ------------------------------------------------------------------------------------
+    def _load(self, state: dict) -> None:
+        store = self.home.store
+        pages, vectors = store.pages(self.user, self.name)
+        for page, vector in zip(pages, vectors):
+            self._index_page(page, vector)
+        for mark in store.bookmarks(self.user, self.name):
+            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
+        self.packer.next_n = (pages[-1].n + 1) if pages else 1
+        after, start = 0, 0
+        if pages:
+            turn, _, end = pages[-1].spans[-1]
+            after, start = turn - 1, end
+        tail_turns = store.turns(self.user, self.name, after=after)
+        self.table[self.tail_n] = Entry(self.tail_n)
+        for t in tail_turns:
+            begin = start if t.turn == after + 1 else 0
+            if begin < len(t.text):  # the last page may have ended exactly at this turn's end
+                self._pack(t, begin, own=False)
+        self.turn_count = max([t.turn for t in tail_turns] + [pages[-1].last_turn if pages else 0])
+        self.tick = int(state.get("tick", 0))
+        self.counters.update(state.get("counters", {}))
+        self.table.restore(state.get("table", {}))
+        self._rebuild_frames()
+
+    def _rebuild_frames(self) -> None:
+        """Put restored resident pages back in frames (new frame numbers if the count changed)."""
+        resident = sorted((e for e in self.table.values() if e.resident and e.n != self.tail_n),
+                          key=lambda e: (-e.pinned, -e.last_use))
+        for e in self.table.values():
+            e.resident, e.frame = False, -1
+        self.frames.slots = [None] * self.frames.count
+        tail = self.table[self.tail_n]
+        self.frames.place(tail)
+        for e in resident:
+            if self.frames.free_slot() is None:
+                break
+            self.frames.place(e)
+
+    def _index_page(self, page: Page, vector: np.ndarray) -> None:
+        self.pages[page.n] = page
+        self.index.add(page.n, page.text, vector)
+        self.directory.add(page.keywords, [page.n])
+        entry = self.table.get(page.n) or Entry(page.n)
+        entry.tokens, entry.importance = page.tokens, page.importance
+        self.table[page.n] = entry
+
+    # -- writing ------------------------------------------------------------------------------------
+    def append(self, speaker: str, text: str, role: str = "user", date: str = "", ts: float | None = None,
+               ref: str = "") -> Turn:
+        """Accept one message: durable in the journal before this returns, then packed onto pages."""
+        return self.append_many([dict(speaker=speaker, text=text, role=role, date=date, ts=ts, ref=ref)])[0]
+
+    def append_many(self, messages: Iterable[dict]) -> list[Turn]:
+        """Accept messages as one group commit (one fsync); all or none are accepted."""
+        drafts = [self._draft(m) for m in messages]
+        with self.home.session_lock(self) as lock:
+            self.sync(lock)
+            turns = [replace(d, turn=self.turn_count + i + 1) for i, d in enumerate(drafts)]
+            self.home.journal_append([{"op": "turn", **t.to_dict()} for t in turns])
+            lock.advance(turns[-1].turn if turns else self.turn_count, len(turns))
+        for t in turns:
+            self._pack(t, 0, own=True)
+        self._embed_pending()
+        self.home.maybe_flush()
+        return turns
+
+    def _draft(self, m: dict) -> Turn:
+        text = m.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("an empty message has nothing to remember; send some text")
+        if "\x00" in text:
+            raise InputError("the message contains a NUL character; remove it and send again")
+        ts = m.get("ts")
+        ts = self.clock() if ts is None else float(ts)
+        speaker = self.tokenizer.fit(" ".join(str(m.get("speaker") or m.get("role") or "user").split()), SPEAKER_TOKENS)
+        return Turn(self.name, 0, speaker or "user", text, m.get("role") or "user", m.get("date") or date_label(ts),
+                    ts, str(m.get("ref") or ""), self.user)
+
+    def _pack(self, turn: Turn, start: int, own: bool) -> None:
+        self.turn_count = max(self.turn_count, turn.turn)
+        if own:
+            self.pending.turns.append(turn)
+        self.emit("turn", turn=turn.turn, speaker=turn.speaker, role=turn.role,
+                  tokens=self.tokenizer.count(turn.text), ref=turn.ref)
+        for page in self.packer.add(turn, start):
+            self._seal(page)
+        self.table[self.tail_n].tokens = self.packer.body_tokens
+
+    def _seal(self, page: Page) -> None:
+        keywords = tuple(bm.extract(page.text))
+        page = replace(page, keywords=keywords, importance=_importance(page.text, keywords))
+        self.pages[page.n] = page
+        self._unembedded.append(page)
+        self.directory.add(keywords, [page.n])
+        entry = self.table[page.n]
+        entry.tokens, entry.importance = page.tokens, page.importance
+        self.tick += 1
+        self._use(entry)
+        self.emit("page_sealed", page=page.id, tokens=page.tokens, turns=list(page.turns), keywords=list(keywords))
+        tail = Entry(self.tail_n)
+        self.table[tail.n] = tail
+        self.frames.make_room({tail.n}, self.tick, self._evict)
+        self.frames.place(tail)
+
+    def _embed_pending(self) -> None:
+        """Embed newly sealed pages in one batch and index them."""
+        pages = self._unembedded
+        if not pages:
+            return
+        vectors = self.home.embedder.embed([p.text for p in pages])
+        for page, vector in zip(pages, vectors):
+            self.index.add(page.n, page.text, vector)
+            self.pending.pages.append(page)
+            self.pending.vectors.append(vector)
+        self._unembedded = []
+
+    # -- other processes ------------------------------------------------------------------------------
+    def sync(self, lock=None) -> None:
+        """Take in what other processes appended to this session since we last looked."""
+        generation = lock.generation if lock else self.home.read_generation(self)
+        if generation <= self.generation:
+            return
+        records = self.home.journal.read_new(self.journal_offsets)
+        mine = [r for r in records if r.get("user") == self.user and r.get("session") == self.name]
+        turns = sorted((r for r in mine if r.get("op") == "turn"), key=lambda r: r["turn"])
+        for r in turns:
+            if r["turn"] == self.turn_count + 1:
+                self._pack(Turn(**{k: r[k] for k in Turn.__dataclass_fields__}), 0, own=False)
+        last = lock.last_turn if lock else self.home.read_last_turn(self)
+        if self.turn_count < last:
+            self.home.store.refresh()
+            for t in self.home.store.turns(self.user, self.name, after=self.turn_count):
+                if t.turn == self.turn_count + 1:
+                    self._pack(t, 0, own=False)
+        for r in mine:
+            if r.get("op") == "bookmark":
+                self.directory.add(r["keywords"], r["pages"], r.get("note", ""), r.get("uid", ""))
+        self._embed_pending()
+        self.generation = generation
+
+    # -- the fault path -------------------------------------------------------------------------------
+    def resolve(self, ref: str | int) -> int:
+        """A page number from 'p42', '42' or 42; PageNotFound names what exists."""
+        n = ref if isinstance(ref, int) else parse_page_id(str(ref))
+        if n is None or n not in self.table:
+            last = self.tail_n
+            raise PageNotFound(f"page {ref!r} does not exist; this session has pages p1..p{last}")
+        return n
+
+    def fault(self, n: int, reason: str, protect: Iterable[int] = ()) -> bool:
+        """Reference page n: load it into a frame if it is not resident. True if that was a fault."""
+        entry = self.table.get(n)
+        if entry is None:
+            raise PageNotFound(f"page p{n} does not exist; this session has pages p1..p{self.tail_n}")
+        self.tick += 1
+        if entry.resident:
+            self._use(entry)
+            self.counters["hits"] += 1
+            self.emit("hit", page=page_id(n), reason=reason)
+            return False
+        self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict)
+        self.frames.place(entry)
+        entry.fault_count += 1
+        self._use(entry)
+        self.counters["faults"] += 1
+        self.emit("fault", page=page_id(n), frame=entry.frame, reason=reason, tokens=entry.tokens)
+        return True
+
+    def _use(self, entry: Entry) -> None:
+        entry.last_use = self.tick
+        entry.use_count += 1
+        entry.referenced = True
+        self.policy.touch(entry, self.tick)
+
+    def _evict(self, entry: Entry, reason: str = "policy") -> None:
+        frame = entry.frame
+        self.frames.release(entry)
+        self.counters["evictions"] += 1
+        self.emit("evict", page=entry.id, frame=frame, reason=reason, policy=self.policy.name)
+        if not self.directory.keywords(entry.n) and entry.n in self.pages:
+            words = bm.extract(self.pages[entry.n].text) or self.pages[entry.n].text.split(": ", 1)[-1].split()[:3]
+            self._bookmark(tuple(words), (entry.n,), "", "auto")
+
+    def page_out(self, n: int) -> None:
+        entry = self.table[n]
+        if n == self.tail_n:
+            raise BudgetError(f"p{n} is the open tail page and stays resident")
+        if entry.pinned:
+            raise BudgetError(f"p{n} is pinned; unpin it first")
+        if entry.resident:
+            self._evict(entry, reason="page_out")
+
+    def pin(self, n: int) -> None:
+        pinned = sum(e.pinned for e in self.table.values())
+        if not self.table[n].pinned and pinned + 2 > self.frames.count:
+            raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "
+                              "unpin a page or raise --budget")
+        self.fault(n, "pin")
+        self.table[n].pinned = True
+        self._journal_op({"op": "pin", "page": n, "pinned": True})
+        self.emit("pin", page=page_id(n))
+
+    def unpin(self, n: int) -> None:
+        self.table[n].pinned = False
+        self._journal_op({"op": "pin", "page": n, "pinned": False})
+        self.emit("unpin", page=page_id(n))
+
+    def resize(self, count: int) -> None:
+        """Set the number of frames (the context budget changed); evicts by policy when shrinking."""
+        pinned = sum(e.pinned for e in self.table.values() if e.n != self.tail_n)
+        if count < pinned + 1:
+            raise BudgetError(
+                f"the budget leaves {count} frame(s) but {pinned} pinned page(s) and the tail need {pinned + 1}; "
+                "raise --budget or unpin pages"
+            )
+        if count != self.frames.count:
+            before = self.frames.count
+            self.frames.resize(count, {self.tail_n}, self.tick, self._evict)
+            self.emit("resize", frames=count, was=before)
+
+    # -- bookmarks ------------------------------------------------------------------------------------
+    def bookmark(self, pages: Iterable[int], keywords: Iterable[str], note: str = "", source: str = "model") -> bm.Bookmark:
+        pages = tuple(self.resolve(p) for p in pages)
+        keywords = tuple(k.strip() for k in keywords if k and k.strip())
+        if not keywords:
+            raise InputError("a bookmark needs at least one keyword")
+        return self._bookmark(keywords, pages, note.strip(), source)
+
+    def _bookmark(self, keywords: tuple[str, ...], pages: tuple[int, ...], note: str, source: str) -> bm.Bookmark:
+        mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())
+        self.directory.add(keywords, pages, note, mark.uid)
+        self.pending.bookmarks.append((self.user, self.name, mark))
+        self._journal_op({"op": "bookmark", **mark.to_dict()})
+        self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
+        return mark
+
+    def _journal_op(self, record: dict) -> None:
+        with self.home.session_lock(self) as lock:
+            self.home.journal_append([{**record, "user": self.user, "session": self.name}])
+            lock.advance(lock.last_turn, 1)
+            self.generation = lock.generation
+
+    # -- search and automatic paging ----------------------------------------------------------------------
+    def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,
+               record: bool = True) -> list[Hit]:
+        self.sync()
+        vector = self.home.embedder.embed([query])[0] if query.strip() else None
+        hits = self.index.search(query, vector, self.directory, k, set(exclude) | {self.tail_n}, boosts)
+        if record:
+            self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
+        return hits
+
+    def autopage(self, query: str, share: float | None = None, min_score: float | None = None) -> list[Hit]:
+        """Fault in the pages the query needs, with read-ahead, within a share of the frames."""
+        cfg = self.home.config
+        share = cfg.autopage_share if share is None else share
+        min_score = cfg.autopage_min_score if min_score is None else min_score
+        pinned = sum(e.pinned for e in self.table.values())
+        room = min(int(self.frames.count * share), self.frames.count - 1 - pinned)
+        if room <= 0 or not query.strip():
+            return []
+        hits = [h for h in self.search(query, k=room) if h.score >= min_score]
+        chosen: list[int] = []
+        for hit in hits:
+            self.table[hit.n].relevance = hit.score
+            chosen.append(hit.n)
+        for hit in hits:
+            for d in range(1, cfg.readahead + 1):
+                for n in (hit.n - d, hit.n + d):
+                    if len(chosen) < room and n in self.pages and n not in chosen:
+                        chosen.append(n)
+        for i, n in enumerate(chosen):
+            self.fault(n, "auto" if i < len(hits) else "readahead", protect=chosen)
+        return hits
+
+    # -- views ----------------------------------------------------------------------------------------
+    def resident(self) -> list[int]:
+        return sorted(n for n in self.frames.slots if n is not None)
+
+    def body(self, n: int, hide_turn: int = 0) -> str | None:
+        """Text of page n as the model sees it; the current message is shown once, as the message."""
+        if n == self.tail_n:
+            pieces = [p for p in self.packer.pieces if p.turn.turn != hide_turn]
+            return "\n".join(p.line for p in pieces) if pieces else None
+        page = self.pages[n]
+        if hide_turn and all(t == hide_turn for t, _, _ in page.spans):
+            return None
+        return page.text
+
+    def page_dates(self, n: int) -> str:
+        if n == self.tail_n:
+            pieces = self.packer.pieces
+            return pieces[0].turn.date if pieces else ""
+        return self.pages[n].date_first
+
+    def header(self, n: int, limit: int | None = None) -> str:
+        """`[p42 · 8 May 2023 · bookmarks: a, b]`, as many bookmarks as fit the header reserve."""
+        limit = limit or header_reserve(self.page_tokens)
+        parts = [page_id(n)]
+        if date := self.page_dates(n):
+            parts.append(date)
+        base = "[" + " · ".join(parts)
+        keywords = self.directory.keywords(n)[:4]
+        while keywords:
+            text = f"{base} · bookmarks: {', '.join(keywords)}]"
+            if self.tokenizer.count(text) <= limit:
+                return text
+            keywords = keywords[:-1]
+        text = base + "]"
+        return text if self.tokenizer.count(text) <= limit else f"[{page_id(n)}]"
+
+    def snapshot(self) -> dict:
+        return {"page_tokens": self.page_tokens, "policy": self.policy.name, "tick": self.tick,
+                "counters": dict(self.counters), "table": self.table.snapshot(), "frames": self.frames.count}
+
+    def stats(self) -> dict:
+        c = self.counters
+        uses = c["faults"] + c["hits"]
+        return {**c, "hit_rate": round(c["hits"] / uses, 3) if uses else 0.0, "pages": len(self.pages),
+                "turns": self.turn_count, "frames": self.frames.count, "used": self.frames.used()}
+
+    def take_pending(self) -> Batch:
+        self._embed_pending()
+        batch, self.pending = self.pending, Batch()
+        batch.states[self.key()] = self.snapshot()
+        return batch
+
+
+def _importance(text: str, keywords: tuple[str, ...]) -> float:
+    """0..1: pages with names, numbers, dates and decisions matter more later."""
+    signals = len(keywords) / 6
+    lowered = text.lower()
+    for cue in ("my name", "allerg", "always", "never", "decid", "remember", "birthday", "deadline", "password",
+                "favorite", "favourite", "plan", "goal", "promise"):
+        if cue in lowered:
+            signals += 0.2
+    return round(min(1.0, signals), 3)

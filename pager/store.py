@@ -1,0 +1,335 @@
+"""The disk: where every turn, page, bookmark and page-table snapshot lives.
+
+Two stores keep one contract (tests/test_store_contract.py runs it against both):
+`MemoryStore` for tests and benchmarks that need no persistence, and `LanceStore`, the
+embedded LanceDB database under PAGER_HOME (or any LanceDB URI, s3:// included).
+
+Writes arrive in batches from the journal, never one row at a time: every LanceDB `add`
+is a new version and fragment. Writes are insert-if-absent on their natural keys, so a
+batch replayed after a crash, or written by two processes that sealed the same page,
+lands once. Every filter is built with lancedb.expr, never by pasting strings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .bookmarks import Bookmark
+from .errors import StoreError
+from .page import Page, Turn
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Batch:
+    """One write: new turns, sealed pages (with their vectors), bookmarks and page-table states."""
+
+    turns: list[Turn] = field(default_factory=list)
+    pages: list[Page] = field(default_factory=list)
+    vectors: list[np.ndarray] = field(default_factory=list)
+    bookmarks: list[tuple[str, str, Bookmark]] = field(default_factory=list)  # (user, session, bookmark)
+    states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
+
+    def __bool__(self) -> bool:
+        return bool(self.turns or self.pages or self.bookmarks or self.states)
+
+
+class Store(Protocol):
+    def put(self, batch: Batch) -> None: ...
+    def turns(self, user: str, session: str, after: int = 0) -> list[Turn]: ...
+    def turn_count(self, user: str, session: str) -> int: ...
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]: ...
+    def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
+    def state(self, user: str, session: str) -> dict | None: ...
+    def sessions(self) -> list[dict]: ...
+    def refresh(self) -> None: ...
+    def compact(self, keep_seconds: float) -> None: ...
+    def stats(self) -> dict: ...
+
+
+class MemoryStore:
+    """Dictionaries in this process; the reference implementation of the contract."""
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+        self._turns: dict[tuple[str, str], dict[int, Turn]] = {}
+        self._pages: dict[tuple[str, str], dict[int, tuple[Page, np.ndarray]]] = {}
+        self._bookmarks: dict[tuple[str, str], dict[str, Bookmark]] = {}
+        self._states: dict[tuple[str, str], dict] = {}
+        self.writes = 0
+
+    def put(self, batch: Batch) -> None:
+        self.writes += 1
+        for t in batch.turns:
+            self._turns.setdefault((t.user, t.session), {}).setdefault(t.turn, t)
+        for page, vector in zip(batch.pages, batch.vectors):
+            self._pages.setdefault((page.user, page.session), {}).setdefault(page.n, (page, vector))
+        for user, session, b in batch.bookmarks:
+            self._bookmarks.setdefault((user, session), {}).setdefault(b.uid, b)
+        self._states.update({k: json.loads(json.dumps(v)) for k, v in batch.states.items()})
+
+    def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
+        rows = self._turns.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
+
+    def turn_count(self, user: str, session: str) -> int:
+        return max(self._turns.get((user, session), {}), default=0)
+
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]:
+        rows = self._pages.get((user, session), {})
+        keys = [k for k in sorted(rows) if k > after]
+        vectors = np.array([rows[k][1] for k in keys], dtype=np.float32).reshape(len(keys), self.dim)
+        return [rows[k][0] for k in keys], vectors
+
+    def bookmarks(self, user: str, session: str) -> list[Bookmark]:
+        return sorted(self._bookmarks.get((user, session), {}).values(), key=lambda b: (b.ts, b.uid))
+
+    def state(self, user: str, session: str) -> dict | None:
+        return self._states.get((user, session))
+
+    def sessions(self) -> list[dict]:
+        keys = set(self._turns) | set(self._pages)
+        return [
+            {"user": u, "session": s, "turns": self.turn_count(u, s), "pages": len(self._pages.get((u, s), {}))}
+            for u, s in sorted(keys)
+        ]
+
+    def refresh(self) -> None:
+        pass
+
+    def compact(self, keep_seconds: float) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return {"files": 0, "versions": self.writes, "bytes": 0}
+
+
+def _turn_row(t: Turn) -> dict:
+    return t.to_dict()
+
+
+def _page_row(p: Page, vector: np.ndarray) -> dict:
+    return {
+        "user": p.user, "session": p.session, "n": p.n, "text": p.text, "tokens": p.tokens,
+        "first_turn": p.first_turn, "last_turn": p.last_turn, "spans": json.dumps(p.spans),
+        "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
+        "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
+        "importance": float(p.importance), "vector": np.asarray(vector, dtype=np.float32).tolist(),
+    }
+
+
+def _page_from(row: dict) -> Page:
+    return Page(
+        session=row["session"], n=int(row["n"]), text=row["text"], tokens=int(row["tokens"]),
+        spans=tuple(tuple(s) for s in json.loads(row["spans"])), speakers=tuple(row["speakers"] or ()),
+        date_first=row["date_first"], date_last=row["date_last"], ts_first=row["ts_first"],
+        ts_last=row["ts_last"], refs=tuple(row["refs"] or ()), keywords=tuple(row["keywords"] or ()),
+        importance=float(row["importance"]), user=row["user"],
+    )
+
+
+class LanceStore:
+    """LanceDB tables `turns`, `pages`, `bookmarks`, `states` and `meta` under one URI."""
+
+    def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None) -> None:
+        import lancedb
+
+        self.uri = uri
+        self.dim = dim
+        try:
+            kwargs = {}
+            if read_consistency_s is not None:
+                from datetime import timedelta
+
+                kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
+            self.db = lancedb.connect(uri, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
+            raise StoreError(f"cannot open the store at {uri}: {exc}; check --db / PAGER_DB") from exc
+        self._tables: dict = {}
+        self._open_or_create()
+
+    # -- schema ---------------------------------------------------------------------------------
+    def _schemas(self) -> dict:
+        import pyarrow as pa
+
+        s, i, f = pa.string(), pa.int64(), pa.float64()
+        return {
+            "turns": pa.schema([("user", s), ("session", s), ("turn", i), ("speaker", s), ("text", s),
+                                ("role", s), ("date", s), ("ts", f), ("ref", s)]),
+            "pages": pa.schema([("user", s), ("session", s), ("n", i), ("text", s), ("tokens", i),
+                                ("first_turn", i), ("last_turn", i), ("spans", s), ("speakers", pa.list_(s)),
+                                ("date_first", s), ("date_last", s), ("ts_first", f), ("ts_last", f),
+                                ("refs", pa.list_(s)), ("keywords", pa.list_(s)), ("importance", f),
+                                ("vector", pa.list_(pa.float32(), self.dim))]),
+            "bookmarks": pa.schema([("user", s), ("session", s), ("uid", s), ("keywords", pa.list_(s)),
+                                    ("pages", pa.list_(i)), ("note", s), ("source", s), ("ts", f)]),
+            "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
+            "meta": pa.schema([("key", s), ("value", s)]),
+        }
+
+    def _open_or_create(self) -> None:
+        existing = set(self._table_names())
+        for name, schema in self._schemas().items():
+            if name in existing:
+                self._tables[name] = self.db.open_table(name)
+            else:
+                try:
+                    self._tables[name] = self.db.create_table(name, schema=schema)
+                except (OSError, ValueError, RuntimeError):
+                    # another process created it first
+                    self._tables[name] = self.db.open_table(name)
+        meta = {r["key"]: r["value"] for r in self._tables["meta"].search().to_list()}
+        if "schema" not in meta:
+            self._tables["meta"].add([{"key": "schema", "value": str(SCHEMA_VERSION)},
+                                      {"key": "dim", "value": str(self.dim)}])
+        else:
+            version = int(meta["schema"])
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
+                                 f"(v{SCHEMA_VERSION}); upgrade pager")
+            if int(meta.get("dim", self.dim)) != self.dim:
+                raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
+                                 f"{self.dim}; use the embedder it was made with or a new --home")
+            for step in MIGRATIONS[version:SCHEMA_VERSION]:
+                step(self)
+
+    def _table_names(self) -> list[str]:
+        result = self.db.list_tables()
+        return list(getattr(result, "tables", result))
+
+    # -- writes ---------------------------------------------------------------------------------
+    def put(self, batch: Batch) -> None:
+        import pyarrow as pa
+
+        schemas = self._schemas()
+        if batch.turns:
+            self._insert_new("turns", ["user", "session", "turn"], pa.Table.from_pylist(
+                [_turn_row(t) for t in batch.turns], schema=schemas["turns"]))
+        if batch.pages:
+            rows = [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)]
+            self._insert_new("pages", ["user", "session", "n"], pa.Table.from_pylist(rows, schema=schemas["pages"]))
+        if batch.bookmarks:
+            rows = [{"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
+                     "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks]
+            self._insert_new("bookmarks", ["user", "session", "uid"], pa.Table.from_pylist(rows, schema=schemas["bookmarks"]))
+        if batch.states:
+            now = time.time()
+            rows = [{"user": u, "session": s, "state": json.dumps(v), "ts": now} for (u, s), v in batch.states.items()]
+            table = self._tables["states"]
+            self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
+                        .when_not_matched_insert_all().execute(pa.Table.from_pylist(rows, schema=schemas["states"])))
+
+    def _insert_new(self, name: str, keys: list[str], data) -> None:
+        table = self._tables[name]
+        self._retry(lambda: table.merge_insert(keys).when_not_matched_insert_all().execute(data))
+
+    @staticmethod
+    def _retry(write, attempts: int = 8) -> None:
+        """Commit conflicts between processes are retried with backoff; other failures name the fix."""
+        for attempt in range(attempts):
+            try:
+                write()
+                return
+            except OSError as exc:
+                if "No space" in str(exc) or "Read-only" in str(exc) or "Permission" in str(exc):
+                    raise StoreError(f"the store refused a write ({exc}); free disk space or fix permissions, "
+                                     "nothing accepted is lost: it stays in the journal") from exc
+                if attempt == attempts - 1:
+                    raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
+            except RuntimeError as exc:  # lance commit conflicts surface as RuntimeError
+                if attempt == attempts - 1:
+                    raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
+            time.sleep(0.02 * 2**attempt)
+
+    # -- reads ----------------------------------------------------------------------------------
+    def _where(self, user: str, session: str):
+        from lancedb.expr import col, lit
+
+        return (col("user") == lit(user)) & (col("session") == lit(session))
+
+    def _rows(self, name: str, user: str, session: str, extra=None, columns=None) -> list[dict]:
+        table = self._tables[name]
+        where = self._where(user, session)
+        if extra is not None:
+            where = where & extra
+        query = table.search().where(where)
+        if columns:
+            query = query.select(columns)
+        return query.limit(None).to_list() if hasattr(query, "limit") else query.to_list()
+
+    def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("turns", user, session, col("turn") > lit(after))
+        fields = Turn.__dataclass_fields__
+        return sorted((Turn(**{k: r[k] for k in fields}) for r in rows), key=lambda t: t.turn)
+
+    def turn_count(self, user: str, session: str) -> int:
+        rows = self._rows("turns", user, session, columns=["turn"])
+        return max((r["turn"] for r in rows), default=0)
+
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]:
+        from lancedb.expr import col, lit
+
+        rows = sorted(self._rows("pages", user, session, col("n") > lit(after)), key=lambda r: r["n"])
+        vectors = np.array([r["vector"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
+        return [_page_from(r) for r in rows], vectors
+
+    def bookmarks(self, user: str, session: str) -> list[Bookmark]:
+        rows = self._rows("bookmarks", user, session)
+        return sorted((Bookmark(tuple(r["keywords"]), tuple(r["pages"]), r["note"], r["source"], r["uid"], r["ts"])
+                       for r in rows), key=lambda b: (b.ts, b.uid))
+
+    def state(self, user: str, session: str) -> dict | None:
+        rows = self._rows("states", user, session)
+        return json.loads(max(rows, key=lambda r: r["ts"])["state"]) if rows else None
+
+    def sessions(self) -> list[dict]:
+        turns = self._tables["turns"].search().select(["user", "session", "turn"]).limit(None).to_list()
+        pages = self._tables["pages"].search().select(["user", "session", "n"]).limit(None).to_list()
+        out: dict[tuple[str, str], dict] = {}
+        for r in turns:
+            d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0, "pages": 0})
+            d["turns"] = max(d["turns"], r["turn"])
+        for r in pages:
+            d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0, "pages": 0})
+            d["pages"] += 1
+        return [out[k] for k in sorted(out)]
+
+    # -- upkeep ---------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """See other processes' writes."""
+        for table in self._tables.values():
+            table.checkout_latest()
+
+    def compact(self, keep_seconds: float) -> None:
+        """Merge small fragments and drop versions older than keep_seconds."""
+        from datetime import timedelta
+
+        for table in self._tables.values():
+            try:
+                table.optimize(cleanup_older_than=timedelta(seconds=keep_seconds))
+            except (OSError, RuntimeError, ValueError):
+                pass  # a concurrent writer won the race; the next compaction tries again
+
+    def stats(self) -> dict:
+        files = versions = size = 0
+        for table in self._tables.values():
+            versions += len(table.list_versions())
+        if "://" not in self.uri:
+            from pathlib import Path
+
+            for path in Path(self.uri).rglob("*"):
+                if path.is_file():
+                    files += 1
+                    size += path.stat().st_size
+        return {"files": files, "versions": versions, "bytes": size}
+
+
+MIGRATIONS: list = []  # MIGRATIONS[v - 1] moves a store from schema v to v + 1

@@ -1,0 +1,99 @@
+"""Events and traces: every paging decision and model exchange, in order, on disk.
+
+An Event is frozen and versioned. A session hands each one to its listeners: the trace
+writer (JSONL, flushed per event so a crashed session still leaves a readable trace), the
+REPL's display, counters. Replay (pager.replay) re-runs a trace and compares the
+normalized stream event by event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .errors import InputError
+
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    kind: str
+    data: dict = field(default_factory=dict)
+    ts: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"v": TRACE_VERSION, "seq": self.seq, "kind": self.kind, "ts": round(self.ts, 6), **self.data}
+
+
+Listener = Callable[[Event], None]
+
+
+class Events:
+    """Numbers events and fans them out to listeners."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.seq = 0
+        self.listeners: list[Listener] = []
+
+    def emit(self, kind: str, **data) -> Event:
+        self.seq += 1
+        event = Event(self.seq, kind, data, self.clock())
+        for listener in list(self.listeners):
+            listener(event)
+        return event
+
+
+class TraceWriter:
+    """Appends events to a JSONL file, one line each, flushed as written."""
+
+    def __init__(self, path: Path, note: str = "") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if note and self.path.stat().st_size == 0:
+            self._write({"v": TRACE_VERSION, "seq": 0, "kind": "note", "text": note})
+
+    def __call__(self, event: Event) -> None:
+        self._write(event.to_dict())
+
+    def _write(self, obj: dict) -> None:
+        self._fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+
+def read_trace(path: Path) -> Iterator[dict]:
+    """The events of a trace file; a torn last line is skipped, a damaged middle names its line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"no trace at {path}; list traces with `ls ~/.pager/traces`") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc}); is it a trace?") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return  # a write cut short by a crash
+            raise InputError(f"{path}:{number}: not a JSON line; fix or delete that line") from None
+        if not isinstance(obj, dict) or "kind" not in obj:
+            raise InputError(f"{path}:{number}: an event needs a 'kind'; fix or delete that line")
+        if obj.get("v", TRACE_VERSION) > TRACE_VERSION:
+            raise InputError(f"{path}:{number}: trace v{obj['v']} is newer than this pager; upgrade pager")
+        yield obj
