@@ -1,0 +1,3 @@
+from pager.cli.app import main
+
+main()

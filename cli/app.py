@@ -1,0 +1,158 @@
+"""The `pager` command. Heavy imports (LanceDB, litellm, the embedder) happen inside the
+commands that need them, so `pager --help` stays instant."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pager.errors import PagerError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Virtual memory for LLM agents: page frames under a token budget, pages on disk, "
+    "faults, eviction, and traces you can replay.",
+)
+
+
+def handles_errors(fn):
+    """Known failures become one line naming the fix and a non-zero exit, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PagerError as exc:
+            typer.echo(f"pager: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("pager: interrupted; everything acknowledged is in the journal", err=True)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def command(*args, **kwargs):
+    def register(fn):
+        return app.command(*args, **kwargs)(handles_errors(fn))
+
+    return register
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    home: Optional[Path] = typer.Option(None, "--home", help="data folder (default $PAGER_HOME or ~/.pager)"),
+    db: Optional[str] = typer.Option(None, "--db", help="LanceDB URI (default $PAGER_DB or <home>/db); s3://… works"),
+) -> None:
+    ctx.obj = {"home": home, "db": db}
+
+
+def load_config(ctx: typer.Context, **flags):
+    from pager.config import Config
+
+    obj = ctx.obj or {}
+    return Config.load(home=obj.get("home"), db=obj.get("db"), **flags)
+
+
+def open_home(config):
+    from pager.home import Home
+
+    return Home(config)
+
+
+@command()
+def ingest(
+    ctx: typer.Context,
+    file: Path = typer.Argument(..., help="conversation file"),
+    format: str = typer.Option("jsonl", "--format", "-f", help="jsonl or locomo"),
+    session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
+    page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),
+) -> None:
+    """Import a conversation file into memory (all or nothing)."""
+    import time
+
+    from pager.formats import parse_jsonl, parse_locomo
+
+    config = load_config(ctx, page_tokens=page_tokens)
+    if format == "jsonl":
+        groups = parse_jsonl(file, session or config.session)
+    elif format == "locomo":
+        conversations = parse_locomo(file)
+        if session and len(conversations) > 1:
+            groups = {f"{session}-{c.sample_id}": c.messages for c in conversations}
+        else:
+            groups = {(session or c.sample_id): c.messages for c in conversations}
+    else:
+        raise PagerError(f"unknown format {format!r}; use --format jsonl or --format locomo")
+    started = time.perf_counter()
+    total = 0
+    with open_home(config) as home:
+        for name, messages in groups.items():
+            s = home.open(name)
+            for i in range(0, len(messages), 512):
+                s.append_many(messages[i : i + 512])
+            total += len(messages)
+            typer.echo(f"{name}: {len(messages)} turns → {s.turn_count} turns, {len(s.pages)} pages")
+    elapsed = time.perf_counter() - started
+    typer.echo(f"ingested {total} turns into {len(groups)} session(s) in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} turns/s)")
+
+
+@command()
+def inspect(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s"),
+    json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
+    pages: int = typer.Option(40, "--pages", help="page-table rows to show"),
+) -> None:
+    """Page table, frames and bookmarks of a session."""
+    import json
+
+    config = load_config(ctx, session=session)
+    with open_home(config) as home:
+        s = home.open()
+        if json_out:
+            from pager.views import inspect_json
+
+            typer.echo(json.dumps(inspect_json(s), ensure_ascii=False))
+            return
+        from rich.console import Console
+
+        from pager import views
+
+        console = Console()
+        st = s.stats()
+        console.print(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
+                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions")
+        console.print(views.frame_strip(s))
+        console.print(views.legend())
+        console.print(views.frame_table(s))
+        console.print(views.page_table(s, pages))
+        console.print(views.bookmark_table(s, 20))
+
+
+@command()
+def demo(
+    ctx: typer.Context,
+    budget: int = typer.Option(2048, "--budget", help="prompt budget for the demo"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the home and keep it"),
+) -> None:
+    """The main job, offline: a bundled conversation, the live engine, and a report."""
+    from pager.demo import run
+
+    run(budget=budget, keep=keep)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

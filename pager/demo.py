@@ -1,0 +1,108 @@
+"""`pager demo`: the whole engine, offline, on a conversation the project ships.
+
+It ingests nine months of weekly check-ins into a fresh home under a small budget, shows
+the frames filling and pages being evicted, then asks questions about facts from months
+earlier and shows the pages that hold them faulting back in.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from contextlib import ExitStack
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import views
+from .config import Config
+from .context import build
+from .formats import parse_jsonl
+from .home import Home
+
+
+def conversation_path() -> Path:
+    return Path(str(resources.files("pager.data").joinpath("demo_conversation.jsonl")))
+
+
+def run(budget: int = 2048, keep: Path | None = None, console: Console | None = None) -> dict:
+    from .data.demo_script import QUESTIONS
+
+    console = console or Console(highlight=False)
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pager-demo-")))
+        config = Config(home=folder, budget=budget, session="demo")
+        home = stack.enter_context(Home(config))
+        session = home.open()
+        messages = parse_jsonl(conversation_path(), "demo")["demo"]
+        frames = (budget - config.map_reserve) // session.page_tokens
+        console.rule("[bold]pager demo[/] · offline · no model, no key")
+        console.print(f"A bundled conversation: {len(messages)} turns over {len({m['date'] for m in messages})} weekly "
+                      f"check-ins. Budget {budget} tokens → {frames} frames of {session.page_tokens} tokens; "
+                      f"everything else lives on disk (LanceDB in {folder}).\n")
+        _ingest(session, messages, console)
+        results = _ask(session, QUESTIONS, console)
+        _report(session, home, results, console, time.perf_counter() - started)
+        return {"found": sum(r[2] for r in results), "asked": len(results), **session.stats()}
+
+
+def _ingest(session, messages: list[dict], console: Console) -> None:
+    console.print("[bold]1. Ingest[/] — each week's turns are appended (journal first, then pages); "
+                  "when the frames are full the policy evicts:")
+    by_date: dict[str, list[dict]] = {}
+    for m in messages:
+        by_date.setdefault(m["date"], []).append(m)
+    weeks = list(by_date.items())
+    show = {0, 1, 2, 3, 5, 8, 12, 18, 24, len(weeks) - 1}
+    for i, (date, chunk) in enumerate(weeks):
+        session.append_many(chunk)
+        if i in show:
+            line = views.frame_strip(session)
+            console.print(f"  week {i + 1:>2} ", line,
+                          f" {len(session.pages):>2} pages sealed, {session.counters['evictions']:>2} evicted")
+    console.print("  ", views.legend(), "\n")
+
+
+def _ask(session, questions, console: Console) -> list[tuple[str, list[str], bool, str]]:
+    console.print("[bold]2. Ask[/] — months later, each question is the query for automatic paging "
+                  "(bookmarks + BM25 + vectors); the pages it needs fault back in:")
+    results = []
+    for question, needle in questions:
+        events: list = []
+        session.events.listeners.append(events.append)
+        context = build(session, question, chat=False)
+        session.events.listeners.remove(events.append)
+        faulted = [e.data["page"] for e in events if e.kind == "fault"]
+        holder = next((n for n in context.pages if needle in (session.body(n) or "")), None)
+        quote = ""
+        if holder is not None:
+            quote = next(line for line in session.body(holder).splitlines() if needle in line)
+        console.print(f"  [bold]Q:[/] {question}")
+        console.print("     faulted in:", ", ".join(faulted) or "none (already resident)",
+                      f"· evicted {sum(e.kind == 'evict' for e in events)}")
+        console.print("    ", views.frame_strip(session, {int(p[1:]) for p in faulted}))
+        if holder is not None:
+            console.print(f"     [green]✓[/] p{holder} ({session.page_dates(holder)}) is in the prompt: “{quote[:110]}”")
+        else:
+            console.print(f"     [red]✗[/] the page holding “{needle}” is not resident")
+        results.append((question, faulted, holder is not None, quote))
+    console.print()
+    return results
+
+
+def _report(session, home: Home, results, console: Console, elapsed: float) -> None:
+    console.print("[bold]3. Report[/]")
+    stats = session.stats()
+    home.flush()
+    on_disk = home.store.turn_count(session.user, session.name)
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_row("facts found in the prompt", f"{sum(r[2] for r in results)} / {len(results)}")
+    table.add_row("faults / hits / evictions", f"{stats['faults']} / {stats['hits']} / {stats['evictions']}")
+    table.add_row("turns accepted / on disk", f"{stats['turns']} / {on_disk} (eviction never drops a page)")
+    table.add_row("pages on disk / frames", f"{stats['pages']} / {stats['frames']}")
+    table.add_row("wall time", f"{elapsed:.1f} s")
+    console.print(table)
+    console.print("\nNext: `pager ingest FILE`, `pager inspect`, `pager --help`.")

@@ -1,0 +1,153 @@
+"""Importers: files of conversation → messages for Session.append_many.
+
+A file is parsed and checked whole before anything is accepted, so a bad line leaves
+nothing half-imported; errors name the file, the line and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .errors import InputError
+
+MAX_TEXT_CHARS = 1_000_000
+
+
+def read_text(path: Path) -> str:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"no file at {path}; check the path") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a folder; give a file") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 (byte {exc.start}); re-save the file as UTF-8") from None
+
+
+def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
+    """One JSON object per line: {"speaker" or "role", "text" or "content", optional "date", "ts", "session"}."""
+    out: dict[str, list[dict]] = {}
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not JSON ({exc.msg}); fix that line, nothing was imported") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}: expected an object like {{\"speaker\": …, \"text\": …}}; nothing was imported")
+        text = obj.get("text", obj.get("content"))
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{where}: needs a non-empty \"text\" (or \"content\"); nothing was imported")
+        if "\x00" in text or len(text) > MAX_TEXT_CHARS:
+            raise InputError(f"{where}: text has a NUL character or exceeds {MAX_TEXT_CHARS:,} characters; nothing was imported")
+        speaker = obj.get("speaker") or obj.get("role") or "user"
+        message = {"speaker": str(speaker), "text": text, "role": str(obj.get("role") or "user"),
+                   "date": str(obj.get("date") or ""), "ref": str(obj.get("id") or obj.get("ref") or "")}
+        if obj.get("ts") is not None:
+            try:
+                message["ts"] = float(obj["ts"])
+            except (TypeError, ValueError):
+                raise InputError(f"{where}: \"ts\" must be seconds since the epoch; nothing was imported") from None
+        out.setdefault(str(obj.get("session") or session), []).append(message)
+    if not out:
+        raise InputError(f"{path} holds no messages; expected JSON lines with \"speaker\" and \"text\"")
+    return out
+
+
+# -- LoCoMo ----------------------------------------------------------------------------------------------
+_LOCOMO_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
+_EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
+
+
+def parse_locomo_date(text: str) -> tuple[str, float]:
+    """'1:56 pm on 8 May, 2023' → ('8 May 2023', epoch seconds)."""
+    m = _LOCOMO_DATE.search(text or "")
+    if not m:
+        return (text or "").strip(), 0.0
+    hour, minute, half, day, month, year = m.groups()
+    hour = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    try:
+        when = datetime.strptime(f"{day} {month[:3]} {year} {hour}:{minute}", "%d %b %Y %H:%M")
+    except ValueError:
+        return (text or "").strip(), 0.0
+    return f"{int(day)} {when.strftime('%B')} {year}", time.mktime(when.timetuple())
+
+
+@dataclass
+class Question:
+    question: str
+    category: int
+    evidence: list[str]
+    answer: str = ""
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    messages: list[dict] = field(default_factory=list)   # ready for Session.append_many
+    questions: list[Question] = field(default_factory=list)
+
+    @property
+    def texts(self) -> dict[str, str]:
+        """dia_id → the turn text as indexed (caption included)."""
+        return {m["ref"]: m["text"] for m in self.messages}
+
+
+def turn_text(turn: dict) -> str:
+    text = str(turn.get("text") or "")
+    caption = turn.get("blip_caption")
+    return f"{text} [shares {caption}]" if caption else text
+
+
+def normalize_evidence(raw: list, known: set[str]) -> list[str]:
+    """Evidence ids as D{session}:{turn}, malformed ones repaired, unknown ones dropped."""
+    out: list[str] = []
+    for item in raw or []:
+        for piece in re.split(r"[;\s]+", str(item)):
+            m = _EVIDENCE.search(piece)
+            if m:
+                ref = f"D{int(m.group(1))}:{int(m.group(2))}"
+                if ref in known and ref not in out:
+                    out.append(ref)
+    return out
+
+
+def parse_locomo(path: Path) -> list[Conversation]:
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not JSON ({exc.msg}); is this a LoCoMo file?") from None
+    samples = data if isinstance(data, list) else [data]
+    conversations = []
+    for i, sample in enumerate(samples):
+        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
+            raise InputError(f"{path}: sample {i} has no \"conversation\" object; is this a LoCoMo file?")
+        conv = sample["conversation"]
+        out = Conversation(str(sample.get("sample_id") or f"sample-{i}"))
+        numbers = sorted(int(k.split("_")[1]) for k in conv if re.fullmatch(r"session_\d+", k))
+        for n in numbers:
+            date, ts = parse_locomo_date(str(conv.get(f"session_{n}_date_time", "")))
+            for j, turn in enumerate(conv[f"session_{n}"] or []):
+                if not isinstance(turn, dict) or not turn_text(turn).strip():
+                    raise InputError(f"{path}: {out.sample_id} session_{n} turn {j + 1} has no text; nothing was imported")
+                out.messages.append({"speaker": str(turn.get("speaker") or "?"), "text": turn_text(turn),
+                                     "date": date, "ts": ts + j, "ref": str(turn.get("dia_id") or f"D{n}:{j + 1}"),
+                                     "role": "user"})
+        known = {m["ref"] for m in out.messages}
+        for qa in sample.get("qa") or []:
+            evidence = normalize_evidence(qa.get("evidence"), known)
+            answer = qa.get("answer", qa.get("adversarial_answer", ""))
+            out.questions.append(Question(str(qa.get("question", "")), int(qa.get("category", 0)), evidence, str(answer)))
+        conversations.append(out)
+    return conversations

@@ -1,0 +1,101 @@
+"""Pictures of a session for people: the frame map, the page table, the bookmarks."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from .session import Session
+
+
+def frame_strip(session: Session, fresh: set[int] = frozenset()) -> Text:
+    """One cell per frame: [p12] coloured by state (tail, pinned, just faulted, referenced), · when free."""
+    out = Text()
+    for n in session.frames.slots:
+        if n is None:
+            out.append(" ·  ", style="dim")
+            out.append(" ")
+            continue
+        entry = session.table[n]
+        style = "black on white"
+        if n == session.tail_n:
+            style = "black on cyan"
+        elif entry.pinned:
+            style = "white on magenta"
+        elif n in fresh:
+            style = "black on yellow"
+        elif entry.referenced:
+            style = "black on green"
+        out.append(f"{f'p{n}':<4}", style=style)
+        out.append(" ")
+    return out
+
+
+def legend() -> Text:
+    return Text.assemble("frames: ", ("tail", "black on cyan"), " ", ("pinned", "white on magenta"), " ",
+                         ("just faulted", "black on yellow"), " ", ("referenced", "black on green"), " ",
+                         ("resident", "black on white"), " ", ("free ·", "dim"))
+
+
+def frame_table(session: Session) -> Table:
+    """Which page is in which frame, its tokens as a bar, its flags and bookmarks."""
+    table = Table(title=f"frames of session {session.name!r} ({session.frames.used()}/{session.frames.count} used, "
+                  f"{session.page_tokens} tokens each)", title_justify="left")
+    for name in ("frame", "page", "tokens", "fill", "flags", "date", "bookmarks"):
+        table.add_column(name, justify="right" if name in ("frame", "tokens") else "left")
+    cap = session.page_tokens
+    for slot, n in enumerate(session.frames.slots):
+        if n is None:
+            table.add_row(str(slot), "·", "", "", "free", "", "", style="dim")
+            continue
+        e = session.table[n]
+        tokens = session.packer.body_tokens if n == session.tail_n else e.tokens
+        filled = round(10 * tokens / cap)
+        flags = " ".join(f for f, on in (("tail", n == session.tail_n), ("pinned", e.pinned), ("ref", e.referenced)) if on)
+        table.add_row(str(slot), f"p{n}", str(tokens), "█" * filled + "░" * (10 - filled), flags,
+                      session.page_dates(n), ", ".join(session.directory.keywords(n)[:4]))
+    return table
+
+
+def page_table(session: Session, limit: int = 40) -> Table:
+    """The page table: resident pages first, then the most used on disk."""
+    entries = sorted(session.table.values(), key=lambda e: (not e.resident, -e.use_count, -e.n))[:limit]
+    table = Table(title=f"page table ({len(session.table)} pages, showing {len(entries)})", title_justify="left")
+    for name in ("page", "resident", "frame", "pinned", "ref", "last use", "uses", "faults", "tokens", "date"):
+        table.add_column(name)
+    for e in sorted(entries, key=lambda e: e.n):
+        table.add_row(f"p{e.n}", "yes" if e.resident else "", str(e.frame) if e.resident else "",
+                      "yes" if e.pinned else "", "1" if e.referenced else "", str(e.last_use), str(e.use_count),
+                      str(e.fault_count), str(e.tokens), session.page_dates(e.n) if e.n in session.pages else "")
+    return table
+
+
+def bookmark_table(session: Session, limit: int = 40) -> Table:
+    table = Table(title="bookmarks", title_justify="left")
+    table.add_column("page")
+    table.add_column("keywords")
+    table.add_column("notes")
+    for n in sorted(session.directory.by_page, reverse=True)[:limit]:
+        table.add_row(f"p{n}", ", ".join(session.directory.keywords(n)), "; ".join(session.directory.notes.get(n, [])))
+    return table
+
+
+def inspect_json(session: Session) -> dict:
+    """The state scripts check: DESIGN.md's `pager inspect --json`."""
+    return {
+        "session": session.name,
+        "user": session.user,
+        "turns": session.turn_count,
+        "pages": len(session.pages) + (1 if session.packer.pieces else 0),
+        "page_tokens": session.page_tokens,
+        "frames": session.frames.count,
+        "used": session.frames.used(),
+        "resident": [f"p{n}" for n in session.resident()],
+        "pinned": [f"p{n}" for n, e in sorted(session.table.items()) if e.pinned],
+        "tail": f"p{session.tail_n}",
+        "policy": session.policy.name,
+        "bookmarks": {f"p{n}": kws for n, kws in sorted(session.directory.by_page.items())},
+        "faults": session.counters["faults"],
+        "evictions": session.counters["evictions"],
+        "hits": session.counters["hits"],
+    }
