@@ -90,11 +90,11 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         )
     session.resize(frames)
     hits = session.autopage(message) if autopage and message else []
-    return assemble(session, message, prefix, budget, fixed, map_reserve, hits, hide_turn)
+    return assemble(session, message, prefix, budget, fixed, map_reserve, hits, hide_turn, chat, scratch_tokens)
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, fixed: int, map_reserve: int,
-             hits=(), hide_turn: int = 0) -> Context:
+             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0) -> Context:
     count = session.tokenizer.count
     shown: list[int] = []
     blocks: list[str] = []
@@ -105,20 +105,33 @@ def assemble(session: Session, message: str, prefix: str, budget: int, fixed: in
         shown.append(n)
         blocks.append(session.header(n) + "\n" + body)
     memory_map = render_map(session, map_reserve, [h.n for h in hits])
-    memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
-    used = count(memory)
-    dropped: list[int] = []
-    while fixed + used > budget and blocks:
+
+    def make() -> Context:
+        memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
+        return Context(prefix, memory, message, list(shown), {}, session.frames.count, budget)
+
+    def total(ctx: Context) -> int:
+        if not chat:
+            return count(ctx.memory)
+        return message_tokens(session, ctx.messages()) + REPLY_PRIMING + scratch_tokens
+
+    ctx = make()
+    used = total(ctx)
+    while used > budget and blocks:
         # by construction this does not happen; if it ever does, show less rather than overflow
         victim = min(range(len(shown)), key=lambda i: session.table[shown[i]].last_use)
-        dropped.append(shown.pop(victim))
+        ctx.dropped.append(shown.pop(victim))
         blocks.pop(victim)
-        memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
-        used = count(memory)
+        dropped = ctx.dropped
+        ctx = make()
+        ctx.dropped = dropped
+        used = total(ctx)
+    memory_tokens = count(ctx.memory)
     map_tokens = count(memory_map)
-    tokens = {"prefix": count(prefix) if prefix else 0, "map": map_tokens, "pages": used - map_tokens,
-              "memory": used, "message": count(message) if message else 0, "total": fixed + used}
-    return Context(prefix, memory, message, shown, tokens, session.frames.count, budget, dropped)
+    ctx.tokens = {"prefix": count(prefix) if prefix else 0, "map": map_tokens, "pages": memory_tokens - map_tokens,
+                  "memory": memory_tokens, "message": count(message) if message else 0, "scratch": scratch_tokens,
+                  "total": used}
+    return ctx
 
 
 def render_map(session: Session, reserve: int, focus: list[int]) -> str:

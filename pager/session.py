@@ -84,7 +84,6 @@ class Session:
             turn, _, end = pages[-1].spans[-1]
             after, start = turn - 1, end
         tail_turns = store.turns(self.user, self.name, after=after)
-        self.table[self.tail_n] = Entry(self.tail_n)
         for t in tail_turns:
             begin = start if t.turn == after + 1 else 0
             if begin < len(t.text):  # the last page may have ended exactly at this turn's end
@@ -102,7 +101,7 @@ class Session:
         for e in self.table.values():
             e.resident, e.frame = False, -1
         self.frames.slots = [None] * self.frames.count
-        tail = self.table[self.tail_n]
+        tail = self.table.setdefault(self.tail_n, Entry(self.tail_n))
         self.frames.place(tail)
         for e in resident:
             if self.frames.free_slot() is None:
@@ -157,7 +156,7 @@ class Session:
                   tokens=self.tokenizer.count(turn.text), ref=turn.ref)
         for page in self.packer.add(turn, start):
             self._seal(page)
-        self.table[self.tail_n].tokens = self.packer.body_tokens
+        self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
     def _seal(self, page: Page) -> None:
         keywords = tuple(bm.extract(page.text))
@@ -165,15 +164,19 @@ class Session:
         self.pages[page.n] = page
         self._unembedded.append(page)
         self.directory.add(keywords, [page.n])
-        entry = self.table[page.n]
+        entry = self._in_frame(page.n)
         entry.tokens, entry.importance = page.tokens, page.importance
         self.tick += 1
         self._use(entry)
         self.emit("page_sealed", page=page.id, tokens=page.tokens, turns=list(page.turns), keywords=list(keywords))
-        tail = Entry(self.tail_n)
-        self.table[tail.n] = tail
-        self.frames.make_room({tail.n}, self.tick, self._evict)
-        self.frames.place(tail)
+
+    def _in_frame(self, n: int) -> Entry:
+        """The entry of a page being written (the tail, or a page a long turn filled): always resident."""
+        entry = self.table.setdefault(n, Entry(n))
+        if not entry.resident:
+            self.frames.make_room({n}, self.tick, self._evict)
+            self.frames.place(entry)
+        return entry
 
     def _embed_pending(self) -> None:
         """Embed newly sealed pages in one batch and index them."""
@@ -265,7 +268,7 @@ class Session:
 
     def pin(self, n: int) -> None:
         pinned = sum(e.pinned for e in self.table.values())
-        if not self.table[n].pinned and pinned + 2 > self.frames.count:
+        if not self.table[n].pinned and pinned + 3 > self.frames.count:  # keep the tail and one free frame
             raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "
                               "unpin a page or raise --budget")
         self.fault(n, "pin")

@@ -1,0 +1,39 @@
+"""The assembled context never exceeds its budget by a single token."""
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pager.config import Config
+from pager.context import build
+from pager.embed import HashEmbedder
+from pager.home import Home
+from pager.store import MemoryStore
+
+words = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=300)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.lists(words, min_size=1, max_size=60),
+    page_tokens=st.sampled_from([48, 64, 96, 128, 256, 512]),
+    budget=st.integers(min_value=700, max_value=9000),
+    policy=st.sampled_from(["clock", "lru", "lfu", "scored"]),
+    questions=st.lists(words, min_size=1, max_size=4),
+    chat=st.booleans(),
+)
+def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budget, policy, questions, chat):
+    cfg = Config(home=tmp_path_factory.mktemp("h"), budget=budget, page_tokens=page_tokens, policy=policy, embedder="hash")
+    home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    s = home.open("p")
+    s.append_many([{"speaker": f"sp{i % 3}", "text": t} for i, t in enumerate(texts)])
+    prefix = "You are a careful assistant." * 3
+    for q in questions:
+        ctx = build(s, q[:200], prefix=prefix if chat else "", chat=chat)
+        if chat:
+            recount = sum(4 + s.tokenizer.count(m["content"]) for m in ctx.messages()) + 3
+        else:
+            recount = s.tokenizer.count(ctx.memory)
+        assert recount <= budget, (recount, budget)
+        assert ctx.tokens["total"] <= budget
+        assert ctx.dropped == []  # the frame arithmetic alone kept it in budget
+        assert len(ctx.pages) <= ctx.frames
+    home.journal.close(remove=True)

@@ -1,0 +1,69 @@
+"""The command line: instant help, ingest, inspect --json, demo, errors as one line."""
+
+import json
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+
+runner = CliRunner()
+
+
+def test_help_is_instant_and_imports_nothing_heavy():
+    code = "import sys, time; t=time.perf_counter(); from pager.cli.app import app; " \
+           "print(time.perf_counter()-t, 'lancedb' in sys.modules, 'litellm' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[1:] == ["False", "False", "False"]
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pager.cli", "--help"], capture_output=True, check=True)
+    assert time.perf_counter() - started < 2.0  # generous for CI; measured ~0.1 s here
+
+
+def test_ingest_then_inspect_json(tmp_path):
+    data = tmp_path / "conv.jsonl"
+    lines = [json.dumps({"speaker": "ann" if i % 2 else "bob", "text": f"line {i} about topic {i % 5}"}) for i in range(120)]
+    data.write_text("\n".join(lines) + "\n")
+    home = str(tmp_path / "h")
+    env = {"PAGER_EMBEDDER": "hash"}
+    result = runner.invoke(app, ["--home", home, "ingest", str(data), "--session", "s1"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "120 turns" in result.output
+    result = runner.invoke(app, ["--home", home, "inspect", "--session", "s1", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.output)
+    for key in ("session", "turns", "pages", "frames", "resident", "pinned", "bookmarks", "faults", "evictions"):
+        assert key in state
+    assert state["session"] == "s1" and state["turns"] == 120 and state["pages"] > 3
+    assert len(state["resident"]) <= state["frames"]
+    result = runner.invoke(app, ["--home", home, "inspect", "--session", "s1"], env=env)
+    assert result.exit_code == 0 and "page table" in result.output
+
+
+def test_bad_jsonl_names_the_line_and_imports_nothing(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"speaker": "a", "text": "fine"}\n{"speaker": "a", "text": \n')
+    home = str(tmp_path / "h")
+    result = runner.invoke(app, ["--home", home, "ingest", str(data)], env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 2
+    assert "bad.jsonl:2" in result.output and "nothing was imported" in result.output
+    assert "Traceback" not in result.output
+    result = runner.invoke(app, ["--home", home, "inspect", "--json"], env={"PAGER_EMBEDDER": "hash"})
+    assert json.loads(result.output)["turns"] == 0
+
+
+def test_invalid_utf8_is_a_clear_error(tmp_path):
+    data = tmp_path / "latin1.jsonl"
+    data.write_bytes(b'{"speaker": "a", "text": "ok"}\n{"speaker": "a", "text": "caf\xe9"}\n')
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(data)], env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 2 and "latin1.jsonl:2: not valid UTF-8" in result.output
+
+
+def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
+    result = runner.invoke(app, ["demo", "--keep", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    assert "facts found in the prompt" in result.output
+    assert "6 / 6" in result.output
+    assert "390 / 390" in result.output

@@ -1,0 +1,104 @@
+"""What one process writes, another reads: pages, page table, bookmarks; kill -9 loses no acknowledged turn."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import run_py
+
+WRITER = """
+import sys
+from pager.config import Config
+from pager.home import Home
+cfg = Config(home=sys.argv[1], budget=2048, page_tokens=128, embedder="hash")
+with Home(cfg) as home:
+    s = home.open("work")
+    for i in range(120):
+        s.append("ann" if i % 2 else "bob", f"turn {i}: the Zeta{i % 7} build uses flag number {i * 13}")
+    s.pin(3)
+    s.bookmark([5], ["release notes"], "where the release plan is")
+    s.fault(2, "test")
+    print(__import__("json").dumps({"resident": s.resident(), "pages": len(s.pages), "tick": s.tick}))
+"""
+
+READER = """
+import sys, json
+from pager.config import Config
+from pager.home import Home
+cfg = Config(home=sys.argv[1], budget=2048, page_tokens=128, embedder="hash")
+with Home(cfg) as home:
+    s = home.open("work")
+    print(json.dumps({"resident": s.resident(), "pages": len(s.pages), "tick": s.tick, "turns": s.turn_count,
+                      "pinned": [n for n, e in s.table.items() if e.pinned], "release": sorted(s.directory.lookup("release notes")),
+                      "text5": s.pages[5].text}))
+"""
+
+
+def py(code, *args):
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_page_table_survives_across_processes(tmp_path):
+    home = str(tmp_path / "h")
+    wrote = py(WRITER, home)
+    read = py(READER, home)
+    assert read["resident"] == wrote["resident"]
+    assert read["pages"] == wrote["pages"] and read["tick"] == wrote["tick"]
+    assert read["turns"] == 120 and read["pinned"] == [3] and read["release"] == [5]
+    assert "turn" in read["text5"]
+
+
+KILLED = """
+import sys
+from pager.config import Config
+from pager.home import Home
+cfg = Config(home=sys.argv[1], budget=2048, page_tokens=128, embedder="hash", flush_turns=64)
+home = Home(cfg)
+s = home.open("crash")
+i = s.turn_count
+while True:
+    batch = [{"speaker": "ann", "text": f"acknowledged message {i + k}"} for k in range(7)]
+    turns = s.append_many(batch)
+    i += 7
+    print(turns[-1].turn, flush=True)
+"""
+
+
+def test_kill_9_mid_ingest_loses_no_acknowledged_turn(tmp_path):
+    home = str(tmp_path / "h")
+    for round_ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", KILLED, home], stdout=subprocess.PIPE, text=True)
+        acked = 0
+        deadline = time.time() + 60
+        target = 150 + 247 * round_
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            acked = int(line)
+            if acked >= target:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert acked >= target
+        out = py("""
+import sys, json
+from pager.config import Config
+from pager.home import Home
+cfg = Config(home=sys.argv[1], budget=2048, page_tokens=128, embedder="hash")
+with Home(cfg) as home:
+    s = home.open("crash")
+    texts = [t.text for t in home.store.turns("", "crash")]
+    print(json.dumps({"turns": s.turn_count, "texts": texts}))
+""", home)
+        texts = out["texts"]
+        assert len(texts) == len(set(texts)), "a turn was stored twice"
+        assert [t.split()[-1] for t in texts] == [str(i) for i in range(len(texts))], "order or gap"
+        assert len(texts) >= acked, f"acknowledged {acked}, found {len(texts)}"
+        assert out["turns"] == len(texts)
+    assert not list((tmp_path / "h" / "journal").glob("*.jsonl")), "recovered segments are removed"

@@ -1,0 +1,109 @@
+"""Paging behaviour of one session: faults, eviction, pins, the tail, nothing lost."""
+
+import pytest
+
+from conftest import say
+from pager.context import build
+from pager.errors import BudgetError, InputError, PageNotFound
+
+
+def test_eviction_under_pressure_keeps_every_page(mem_home):
+    s = mem_home.open("a")
+    say(s, 200)
+    assert s.counters["evictions"] > 0
+    assert s.frames.used() <= s.frames.count
+    # every turn's text is on some page or on the open tail, exactly once
+    held = {}
+    for page in s.pages.values():
+        for t, a, b in page.spans:
+            held.setdefault(t, []).append((a, b))
+    for piece in s.packer.pieces:
+        held.setdefault(piece.turn.turn, []).append((piece.start, piece.end))
+    assert sorted(held) == list(range(1, 201))
+
+
+def test_fault_loads_and_hit_does_not(mem_home):
+    s = mem_home.open("a")
+    say(s, 200)
+    old = min(n for n in s.pages if not s.table[n].resident)
+    assert s.fault(old, "test") is True
+    assert s.table[old].resident and s.table[old].fault_count == 1
+    assert s.fault(old, "test") is False
+    assert s.counters["hits"] == 1
+
+
+def test_pinned_and_tail_pages_are_never_evicted(mem_home):
+    s = mem_home.open("a")
+    say(s, 40)
+    s.pin(2)
+    for n in list(s.pages):
+        s.fault(n, "sweep")
+    say(s, 100, start=40)
+    assert s.table[2].resident and s.table[2].pinned
+    assert s.table[s.tail_n].resident
+    evicted = []
+    s.events.listeners.append(lambda e: e.kind == "evict" and evicted.append(e.data["page"]))
+    for n in list(s.pages):
+        s.fault(n, "sweep")
+    assert "p2" not in evicted and f"p{s.tail_n}" not in evicted
+
+
+def test_pinning_everything_is_a_clear_error(mem_home):
+    s = mem_home.open("a")
+    say(s, 200)
+    s.resize(4)
+    s.pin(1)
+    s.pin(2)
+    with pytest.raises(BudgetError, match="unpin"):
+        s.pin(3)
+    with pytest.raises(BudgetError, match="raise --budget"):
+        s.resize(2)
+
+
+def test_unknown_page_names_what_exists(mem_home):
+    s = mem_home.open("a")
+    say(s, 30)
+    with pytest.raises(PageNotFound, match=r"p1\.\.p"):
+        s.resolve("p999")
+
+
+def test_empty_message_is_refused_and_nothing_accepted(mem_home):
+    s = mem_home.open("a")
+    with pytest.raises(InputError, match="empty"):
+        s.append_many([{"text": "fine"}, {"text": "   "}])
+    assert s.turn_count == 0
+
+
+def test_message_over_the_budget_names_the_fix(mem_home):
+    s = mem_home.open("a")
+    say(s, 10)
+    with pytest.raises(BudgetError, match="raise --budget to at least"):
+        build(s, "word " * 3000, prefix="system")
+
+
+def test_automatic_paging_brings_back_an_old_fact(mem_home):
+    s = mem_home.open("a")
+    s.append("maya", "My colleague Sam Okafor is allergic to peanuts, he carries an EpiPen.")
+    say(s, 300)
+    holder = next(n for n, p in s.pages.items() if "peanuts" in p.text)
+    assert not s.table[holder].resident
+    ctx = build(s, "What is Sam Okafor allergic to?", chat=False)
+    assert holder in ctx.pages
+    assert "peanuts" in ctx.memory
+
+
+def test_header_fits_its_reserve_and_shows_date_and_bookmarks(mem_home):
+    s = mem_home.open("a")
+    s.append("maya", "We chose Yjs over operational transform for the Loom sync engine.", date="8 May 2023")
+    say(s, 40)
+    header = s.header(1)
+    assert header.startswith("[p1 · 8 May 2023") and "bookmarks:" in header
+    assert s.tokenizer.count(header) <= 25
+
+
+def test_current_message_is_shown_once(mem_home):
+    s = mem_home.open("a")
+    say(s, 5)
+    t = s.append("maya", "a unique question about zebras?")
+    ctx = build(s, t.text, prefix="sys", hide_turn=t.turn)
+    assert ctx.system.count("zebras") == 0 and ctx.message.count("zebras") == 1

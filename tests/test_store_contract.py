@@ -1,0 +1,66 @@
+"""Behaviours every store must have: MemoryStore and LanceStore."""
+
+import numpy as np
+import pytest
+
+from pager.bookmarks import Bookmark
+from pager.page import Page, Turn
+from pager.store import Batch, LanceStore, MemoryStore
+
+
+@pytest.fixture(params=["memory", "lance"])
+def store(request, tmp_path):
+    return MemoryStore(dim=8) if request.param == "memory" else LanceStore(str(tmp_path / "db"), dim=8)
+
+
+def batch(user, session, turns=3, first=1):
+    ts = [Turn(session, i, "ann", f"{session} text {i}", user=user) for i in range(first, first + turns)]
+    pages = [Page(session, first, "\n".join(t.text for t in ts), 10, tuple((t.turn, 0, len(t.text)) for t in ts), user=user)]
+    return Batch(turns=ts, pages=pages, vectors=[np.ones(8, dtype=np.float32)],
+                 bookmarks=[(user, session, Bookmark(("k",), (first,), "note", "model", f"u{session}{first}", 1.0))],
+                 states={(user, session): {"tick": first}})
+
+
+def test_roundtrip(store):
+    store.put(batch("u", "s"))
+    assert [t.turn for t in store.turns("u", "s")] == [1, 2, 3]
+    assert store.turn_count("u", "s") == 3
+    pages, vectors = store.pages("u", "s")
+    assert pages[0].n == 1 and vectors.shape == (1, 8)
+    assert store.bookmarks("u", "s")[0].note == "note"
+    assert store.state("u", "s") == {"tick": 1}
+
+
+def test_writes_are_insert_if_absent(store):
+    store.put(batch("u", "s"))
+    store.put(batch("u", "s"))
+    assert len(store.turns("u", "s")) == 3
+    assert len(store.pages("u", "s")[0]) == 1
+    assert len(store.bookmarks("u", "s")) == 1
+
+
+def test_state_is_replaced(store):
+    store.put(batch("u", "s"))
+    store.put(Batch(states={("u", "s"): {"tick": 9}}))
+    assert store.state("u", "s") == {"tick": 9}
+
+
+def test_namespaces_are_isolated_even_with_hostile_ids(store):
+    hostile = "s3' OR '1'='1"
+    store.put(batch("u", "s"))
+    store.put(batch("u2", "s", first=1))
+    assert store.turns("u", hostile) == []
+    assert store.pages("u", hostile)[0] == []
+    assert store.bookmarks("u", hostile) == []
+    assert store.state("u", hostile) is None
+    store.put(batch("u", hostile))
+    assert {t.session for t in store.turns("u", hostile)} == {hostile}
+    assert {t.user for t in store.turns("u2", "s")} == {"u2"}
+    assert len(store.turns("u", "s")) == 3
+
+
+def test_sessions_lists_namespaces(store):
+    store.put(batch("u", "a"))
+    store.put(batch("v", "b", turns=2))
+    rows = {(r["user"], r["session"]): r for r in store.sessions()}
+    assert rows[("u", "a")]["turns"] == 3 and rows[("v", "b")]["pages"] == 1
