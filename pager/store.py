@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -314,7 +315,9 @@ class LanceStore:
 
         for table in self._tables.values():
             try:
-                table.optimize(cleanup_older_than=timedelta(seconds=keep_seconds))
+                with warnings.catch_warnings():  # a zero age is a deliberate setting (tests, single-process)
+                    warnings.simplefilter("ignore", UserWarning)
+                    table.optimize(cleanup_older_than=timedelta(seconds=keep_seconds))
             except (OSError, RuntimeError, ValueError):
                 pass  # a concurrent writer won the race; the next compaction tries again
 
