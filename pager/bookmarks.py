@@ -50,6 +50,7 @@ _DATE = re.compile(
 )
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{2,}")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
+_DATE_MARKER = re.compile(r"^\([^()]*\)$")  # the packer's "(9 May 2023)" line where the date changes
 
 
 def normalize(keyword: str) -> str:
@@ -59,7 +60,7 @@ def normalize(keyword: str) -> str:
 
 def extract(text: str, limit: int = 6) -> list[str]:
     """Offline keywords of a page, best first: names, dates, numbers, identifiers, CJK, rare words."""
-    body = "\n".join(_strip_speaker(line) for line in text.splitlines())
+    body = "\n".join(_strip_speaker(line) for line in text.splitlines() if not _DATE_MARKER.match(line))
     scored: Counter[str] = Counter()
     display: dict[str, str] = {}
 
@@ -157,16 +158,19 @@ class Directory:
     index: dict[str, set[int]] = field(default_factory=dict)
     uids: set[str] = field(default_factory=set)
 
-    def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "", uid: str = "") -> None:
+    def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
+            uid: str = "", first: bool = False) -> None:
+        """Point keywords at pages; `first` puts them ahead of a page's automatic keywords."""
         if uid:
             if uid in self.uids:
                 return
             self.uids.add(uid)
         for n in pages:
             have = self.by_page.setdefault(n, [])
-            for keyword in keywords:
-                if keyword not in have:
-                    have.append(keyword)
+            if first:
+                self.by_page[n] = list(dict.fromkeys([*keywords, *have]))
+            else:
+                have.extend(k for k in keywords if k not in have)
             if note:
                 self.notes.setdefault(n, []).append(note)
         for keyword in keywords:

@@ -126,11 +126,14 @@ def assemble(session: Session, message: str, prefix: str, budget: int, fixed: in
         ctx = make()
         ctx.dropped = dropped
         used = total(ctx)
-    memory_tokens = count(ctx.memory)
+    prefix_tokens = count(prefix) if prefix else 0
+    message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
+    memory_tokens = used if not chat else used - message_part - REPLY_PRIMING - scratch_tokens - MESSAGE_OVERHEAD - (
+        prefix_tokens + count(SEPARATOR) if prefix else 0)
     map_tokens = count(memory_map)
-    ctx.tokens = {"prefix": count(prefix) if prefix else 0, "map": map_tokens, "pages": memory_tokens - map_tokens,
-                  "memory": memory_tokens, "message": count(message) if message else 0, "scratch": scratch_tokens,
-                  "total": used}
+    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "pages": memory_tokens - map_tokens,
+                  "memory": memory_tokens, "message": message_part and message_part - MESSAGE_OVERHEAD,
+                  "scratch": scratch_tokens, "total": used}
     return ctx
 
 

@@ -22,10 +22,13 @@ class Frames:
         return len(self.slots)
 
     def used(self) -> int:
-        return sum(s is not None for s in self.slots)
+        return len(self.slots) - self.slots.count(None)
 
     def free_slot(self) -> int | None:
-        return next((i for i, s in enumerate(self.slots) if s is None), None)
+        try:
+            return self.slots.index(None)
+        except ValueError:
+            return None
 
     def place(self, entry: Entry) -> int:
         slot = self.free_slot()
@@ -48,25 +51,26 @@ class Frames:
 
     def make_room(self, protect: Collection[int], now: int, evict: Callable[[Entry], None], free: int = 1) -> None:
         """Evict by policy until `free` slots are empty; protected and pinned pages stay."""
-        while sum(s is None for s in self.slots) < free:
-            candidates = self.candidates(protect)
+        missing = free - self.slots.count(None)
+        if missing <= 0:
+            return
+        candidates = self.candidates(protect)
+        for _ in range(missing):
             if not candidates:
-                held = self.count - sum(s is None for s in self.slots)
                 raise BudgetError(
-                    f"all {held} frames hold pinned or in-use pages, so nothing can be paged in; "
+                    f"all {self.used()} frames hold pinned or in-use pages, so nothing can be paged in; "
                     "raise --budget, unpin a page, or lower page_tokens"
                 )
-            evict(self.policy.victim(candidates, now))
+            victim = self.policy.victim(candidates, now)
+            candidates.remove(victim)
+            evict(victim)
 
     def resize(self, count: int, protect: Collection[int], now: int, evict: Callable[[Entry], None]) -> None:
         """Grow or shrink to `count` slots, evicting by policy when the resident set no longer fits."""
         if count < 1:
             raise BudgetError("the budget leaves no frame for pages; raise --budget or lower page_tokens")
-        resident = [n for n in self.slots if n is not None]
-        excess = len(resident) - count
-        if excess > 0:
-            self.make_room(protect, now, evict, free=self.count - count)
         if count < self.count:
+            self.make_room(protect, now, evict, free=self.count - count)
             keep = [n for n in self.slots if n is not None]
             self.slots = [None] * count
             # pages above the new top move down into free slots; their frame numbers change

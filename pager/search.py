@@ -1,63 +1,82 @@
-"""Hybrid search over one session's pages: bookmarks, BM25 and vectors, fused.
+"""Hybrid search over one session's pages: BM25, vectors, bookmarks, speakers and dates, fused.
 
-The index lives in memory, one per open session, and grows a page at a time as pages are
-sealed (rank-bm25 cannot add documents, so BM25 is a small incremental inverted index
-here). LanceDB holds the same text and vectors on disk; the index is rebuilt from it when a
-session opens. Every hit carries its per-signal scores so a ranking can be explained.
+The unit of evidence is a *piece*: one turn (or part of one) as laid on a page. A page
+scores as its best piece, plus a little of its neighbours' scores (what read-ahead brings in).
+Measured on the LoCoMo development split (BENCHMARKS.md), each of these choices pays:
+
+- pieces instead of whole pages: a page with one answering turn is not diluted by the rest;
+- a piece is indexed with the terms of the piece before it: answers often reply to a question;
+- Porter2 stemming ("camped" meets "camping"), and query words expanded to the session's
+  own vocabulary by embedding similarity ("pets" finds "cat");
+- a piece spoken by a person the query names counts a little more.
+
+The index lives in memory, one per open session, and grows a page at a time (rank-bm25
+cannot add documents, so BM25 here is a small incremental inverted index). LanceDB holds
+the same text and vectors; the index is rebuilt from it when a session opens. Every hit
+carries its per-signal scores so a ranking can be explained.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import lru_cache
 
 import numpy as np
 
-from .bookmarks import STOPWORDS, Directory
+from .bookmarks import MONTHS, STOPWORDS, Directory
+from .page import Page
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_WORD = re.compile(r"[a-z][a-z'’-]{2,}")
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    return _stemmer().stemWord(word) if word.isascii() and word.isalpha() else word
 
 
 def terms(text: str) -> list[str]:
-    """BM25 terms: lower-cased words without stopwords, light plural folding, CJK bigrams."""
-    raw = _TOKEN.findall(text.lower())
+    """BM25 terms: lower-cased, stemmed words without stopwords; CJK as character bigrams."""
     out: list[str] = []
-    cjk_run: list[str] = []
-    for tok in raw + [""]:
+    cjk: list[str] = []
+    for tok in _TOKEN.findall(text.lower()) + [""]:
         if len(tok) == 1 and ord(tok) > 0x3000:
-            cjk_run.append(tok)
+            cjk.append(tok)
             continue
-        if cjk_run:
-            out.extend(cjk_run if len(cjk_run) == 1 else [a + b for a, b in zip(cjk_run, cjk_run[1:])])
-            cjk_run = []
+        if cjk:
+            out.extend(cjk if len(cjk) == 1 else [a + b for a, b in zip(cjk, cjk[1:])])
+            cjk = []
         if not tok:
             continue
         tok = tok.replace("’", "'")
         if tok.endswith("'s"):
             tok = tok[:-2]
-        if tok in STOPWORDS or len(tok) < 2 and not tok.isdigit():
+        if tok in STOPWORDS or (len(tok) < 2 and not tok.isdigit()):
             continue
-        out.append(_stem(tok))
+        out.append(stem(tok))
     return out
-
-
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
 
 
 @dataclass
 class Hit:
-    """One ranked page and why."""
+    """One ranked page and why: the fused score and each signal's share."""
 
     n: int
     score: float
     signals: dict[str, float] = field(default_factory=dict)
+    piece: int = -1     # index of the best piece on the page
 
     @property
     def id(self) -> str:
@@ -65,62 +84,136 @@ class Hit:
 
 
 class BM25:
-    """Okapi BM25 over an index that takes new documents without a rebuild."""
+    """Okapi BM25 over documents that arrive one at a time; scores are computed with numpy."""
 
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
-        self.postings: dict[str, dict[int, int]] = {}
-        self.lengths: dict[int, int] = {}
+        self.postings: dict[str, tuple[list[int], list[int]]] = {}
+        self.lengths: list[int] = []
         self.total = 0
+        self._arrays: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._length_array = np.zeros(0, dtype=np.float32)
 
-    def add(self, doc: int, words: list[str]) -> None:
-        if doc in self.lengths:
-            return
-        self.lengths[doc] = len(words)
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def add(self, words: list[str]) -> int:
+        doc = len(self.lengths)
+        self.lengths.append(len(words))
         self.total += len(words)
         for word, tf in Counter(words).items():
-            self.postings.setdefault(word, {})[doc] = tf
+            docs, tfs = self.postings.setdefault(word, ([], []))
+            docs.append(doc)
+            tfs.append(tf)
+        return doc
 
-    def scores(self, query: list[str]) -> dict[int, float]:
+    def _posting(self, word: str) -> tuple[np.ndarray, np.ndarray] | None:
+        posting = self.postings.get(word)
+        if posting is None:
+            return None
+        cached = self._arrays.get(word)
+        if cached is None or cached[0] != len(posting[0]):
+            cached = (len(posting[0]), np.array(posting[0], dtype=np.int64), np.array(posting[1], dtype=np.float32))
+            self._arrays[word] = cached
+        return cached[1], cached[2]
+
+    def scores(self, weighted: dict[str, float]) -> np.ndarray:
+        """A score for every document (0 where no query word occurs)."""
         n = len(self.lengths)
+        out = np.zeros(n, dtype=np.float32)
         if not n:
-            return {}
-        avg = self.total / n
-        out: dict[int, float] = {}
-        for word in set(query):
-            posting = self.postings.get(word)
-            if not posting:
+            return out
+        if len(self._length_array) != n:
+            self._length_array = np.array(self.lengths, dtype=np.float32)
+        scale = self.k1 * self.b / (self.total / n)
+        for word, weight in weighted.items():
+            posting = self._posting(word)
+            if posting is None:
                 continue
-            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
-            for doc, tf in posting.items():
-                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[doc] / avg)
-                out[doc] = out.get(doc, 0.0) + idf * tf * (self.k1 + 1) / norm
+            docs, tfs = posting
+            idf = weight * math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+            norm = tfs + self.k1 * (1 - self.b) + scale * self._length_array[docs]
+            out[docs] += idf * tfs * (self.k1 + 1) / norm
+        return out
+
+
+class Vocabulary:
+    """The session's own words with their embeddings, for query expansion."""
+
+    def __init__(self, dim: int, limit: int = 50_000) -> None:
+        self.words: list[str] = []
+        self.index: dict[str, int] = {}
+        self.dim, self.limit = dim, limit
+        self._matrix = np.zeros((0, dim), dtype=np.float32)
+        self._pending: list[str] = []
+
+    def add(self, text: str) -> None:
+        for word in set(_WORD.findall(text.lower())):
+            if word not in self.index and word not in STOPWORDS and len(self.index) < self.limit:
+                self.index[word] = len(self.words)
+                self.words.append(word)
+                self._pending.append(word)
+
+    def expand(self, words: list[str], embedder, per_word: int = 3, threshold: float = 0.55) -> list[str]:
+        if self._pending:
+            self._matrix = np.vstack([self._matrix, embedder.embed(self._pending)])
+            self._pending = []
+        if not words or not len(self.words):
+            return []
+        sims = embedder.embed(words) @ self._matrix.T
+        out: list[str] = []
+        for row in sims:
+            for j in np.argpartition(-row, min(per_word, len(row) - 1))[:per_word]:
+                if row[j] >= threshold:
+                    out.append(self.words[j])
         return out
 
 
 class Index:
-    """Pages of one session: BM25 terms, vectors and bookmarks, searched together."""
+    """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
-    WEIGHTS = {"bookmark": 0.25, "bm25": 0.45, "vector": 0.30}
+    WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.2}
 
     def __init__(self, dim: int) -> None:
-        self.bm25 = BM25()
         self.dim = dim
-        self.numbers: list[int] = []
-        self._rows: dict[int, int] = {}
+        self.bm25 = BM25()
+        self.vocabulary = Vocabulary(dim)
+        self.piece_page: list[int] = []          # piece → page number
+        self.piece_speaker: list[str] = []
+        self.piece_ts: list[float] = []
+        self.page_pieces: dict[int, list[int]] = {}
+        self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._pending: list[np.ndarray] = []
+        self._last_terms: list[str] = []
+        self._number_cache = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self.numbers)
+        return len(self.page_pieces)
 
-    def add(self, n: int, text: str, vector: np.ndarray) -> None:
-        if n in self._rows:
+    def __contains__(self, n: int) -> bool:
+        return n in self.page_pieces
+
+    def add(self, page: Page, piece_vectors: np.ndarray) -> None:
+        """Index a sealed page; piece_vectors has one row per span of the page."""
+        if page.n in self.page_pieces:
             return
-        self._rows[n] = len(self.numbers)
-        self.numbers.append(n)
-        self.bm25.add(n, terms(text))
-        self._pending.append(np.asarray(vector, dtype=np.float32).reshape(1, self.dim))
+        assert not self.page_pieces or page.n > max(self.page_pieces), "pages are indexed in order"
+        ids = []
+        for i in range(len(page.spans)):
+            text = page.piece_text(i) if page.lines else page.text
+            words = terms(text)
+            piece = self.bm25.add(words + self._last_terms)
+            self._last_terms = words
+            speaker = page.piece_speaker(i) if page.lines else ""
+            self.piece_page.append(page.n)
+            self.piece_speaker.append(speaker.lower())
+            self.piece_ts.append(page.ts_first)
+            self.speakers.add(speaker.lower())
+            self.vocabulary.add(text)
+            ids.append(piece)
+        self.page_pieces[page.n] = ids
+        self._pending.append(np.asarray(piece_vectors, dtype=np.float32).reshape(len(ids), self.dim))
 
     def vectors(self) -> np.ndarray:
         if self._pending:
@@ -128,41 +221,137 @@ class Index:
             self._pending = []
         return self._vectors
 
-    def vector_of(self, n: int) -> np.ndarray:
-        return self.vectors()[self._rows[n]]
-
-    def search(
-        self,
-        query: str,
-        query_vector: np.ndarray | None,
-        directory: Directory,
-        k: int = 8,
-        exclude: set[int] | frozenset[int] = frozenset(),
-        boosts: dict[int, float] | None = None,
-    ) -> list[Hit]:
-        """The k best pages not in exclude, by weighted, max-normalised signals."""
-        signals: dict[str, dict[int, float]] = {
-            "bookmark": directory.matches(query),
-            "bm25": self.bm25.scores(terms(query)),
-        }
-        if query_vector is not None and len(self.numbers):
-            sims = self.vectors() @ np.asarray(query_vector, dtype=np.float32)
-            signals["vector"] = {n: float(s) for n, s in zip(self.numbers, sims) if s > 0}
-        fused: dict[int, Hit] = {}
+    def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),
+               now: float | None = None, boosts: dict[int, float] | None = None) -> list[Hit]:
+        """The k best pages not in exclude, each as its best piece plus a share of its neighbours."""
+        if not self.piece_page or not query.strip():
+            return []
+        w = self.WEIGHTS
+        signals: dict[str, np.ndarray] = {}
+        query_terms = terms(query)
+        weighted = {t: 1.0 for t in query_terms}
+        words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
+        for extra in self.vocabulary.expand(words, embedder):
+            weighted.setdefault(stem(extra), 0.5)
+        count = len(self.piece_page)
+        signals["bm25"] = self.bm25.scores(weighted)
+        qv = embedder.embed([query])[0]
+        signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
+        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
+        if named:
+            signals["speaker"] = np.array([1.0 if s in named else 0.0 for s in self.piece_speaker], dtype=np.float32)
+        span = date_range(query, now if now is not None else time.time())
+        if span:
+            ts = np.array(self.piece_ts)
+            signals["date"] = ((ts >= span[0]) & (ts < span[1])).astype(np.float32)
+        fused = np.zeros(count, dtype=np.float32)
         for name, values in signals.items():
-            values = {n: v for n, v in values.items() if n not in exclude and n in self._rows}
-            top = max(values.values(), default=0.0)
-            if top <= 0:
+            top = float(values.max())
+            if top > 0:
+                fused += w[name] * values / top
+        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {})
+
+    def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts) -> list[Hit]:
+        numbers = self._numbers()
+        starts = np.fromiter((self.page_pieces[n][0] for n in numbers), dtype=np.int64, count=len(numbers))
+        best = np.maximum.reduceat(fused, starts)
+        sizes = np.diff(np.append(starts, len(fused)))
+        at_max = np.where(fused >= np.repeat(best, sizes), np.arange(len(fused)), len(fused))
+        best_piece = np.minimum.reduceat(at_max, starts)
+        around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
+        score = best + self.WEIGHTS["neighbour"] * around
+        position = {n: i for i, n in enumerate(numbers)} if (bookmark_hits or boosts or exclude) else {}
+        top_mark = max(bookmark_hits.values(), default=0.0)
+        for n, value in bookmark_hits.items():
+            if n in position and top_mark > 0:
+                score[position[n]] += self.WEIGHTS["bookmark"] * value / top_mark
+        for n, value in boosts.items():
+            if n in position:
+                score[position[n]] += value
+        for n in exclude:
+            if n in position:
+                score[position[n]] = -np.inf
+        k = min(k, len(numbers))
+        if k <= 0:
+            return []
+        top = np.argpartition(-score, k - 1)[:k]
+        hits = []
+        for i in top:
+            if not np.isfinite(score[i]):
                 continue
-            for n, value in values.items():
-                hit = fused.setdefault(n, Hit(n, 0.0))
-                hit.signals[name] = round(value, 4)
-                hit.score += self.WEIGHTS[name] * value / top
-        for n, extra in (boosts or {}).items():
-            if n in fused:
-                fused[n].signals["boost"] = round(extra, 4)
-                fused[n].score += extra
-        ranked = sorted(fused.values(), key=lambda h: (-h.score, -h.n))
-        for hit in ranked:
-            hit.score = round(hit.score, 4)
-        return ranked[:k]
+            n, piece = int(numbers[i]), int(best_piece[i])
+            parts = {name: round(float(v[piece]), 4) for name, v in signals.items() if v[piece] > 0}
+            if n in bookmark_hits:
+                parts["bookmark"] = round(bookmark_hits[n], 4)
+            if n in boosts:
+                parts["boost"] = round(boosts[n], 4)
+            hits.append(Hit(n, round(float(score[i]), 4), parts, piece))
+        hits.sort(key=lambda h: (-h.score, -h.n))
+        return hits
+
+    def _numbers(self) -> np.ndarray:
+        if len(self._number_cache) != len(self.page_pieces):
+            self._number_cache = np.array(sorted(self.page_pieces), dtype=np.int64)
+        return self._number_cache
+
+
+# -- dates in queries --------------------------------------------------------------------------------------
+_MONTH = {m: i + 1 for i, m in enumerate(MONTHS[:12])} | {m[:3]: i + 1 for i, m in enumerate(MONTHS[:12])} | {"sept": 9}
+_MONTH_RE = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)"
+_DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_RE}\.?,?\s+(\d{{4}})\b")
+_MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH_RE}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b")
+_ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTH_YEAR = re.compile(rf"\b{_MONTH_RE}\.?,?\s+(\d{{4}})\b")
+_LAST_MONTH_NAME = re.compile(rf"\b(?:last|in|this past)\s+{_MONTH_RE}\b")
+_YEAR = re.compile(r"\b(?:in|during|of|since)\s+((?:19|20)\d{2})\b")
+_AGO = re.compile(r"\b(\d+|a|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b")
+_WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def date_range(query: str, now: float) -> tuple[float, float] | None:
+    """The time span a query's date expression points at, as epoch seconds [start, end)."""
+    q = query.lower()
+    today = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def day(y: int, m: int, d: int, slack: int = 1):
+        try:
+            start = datetime(y, m, d) - timedelta(days=slack)
+        except ValueError:
+            return None
+        return start.timestamp(), (start + timedelta(days=1 + 2 * slack)).timestamp()
+
+    def month(y: int, m: int):
+        start = datetime(y, m, 1)
+        end = datetime(y + (m == 12), m % 12 + 1, 1)
+        return start.timestamp(), end.timestamp()
+
+    if m := _ISO.search(q):
+        return day(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if m := _DAY_MONTH_YEAR.search(q):
+        return day(int(m.group(3)), _MONTH[m.group(2)], int(m.group(1)))
+    if m := _MONTH_DAY_YEAR.search(q):
+        return day(int(m.group(3)), _MONTH[m.group(1)], int(m.group(2)))
+    if m := _MONTH_YEAR.search(q):
+        return month(int(m.group(2)), _MONTH[m.group(1)])
+    if m := _LAST_MONTH_NAME.search(q):
+        wanted = _MONTH[m.group(1)]
+        year = today.year if wanted < today.month else today.year - 1
+        return month(year, wanted)
+    if m := _YEAR.search(q):
+        y = int(m.group(1))
+        return datetime(y, 1, 1).timestamp(), datetime(y + 1, 1, 1).timestamp()
+    if "yesterday" in q:
+        start = today - timedelta(days=1)
+        return start.timestamp(), today.timestamp()
+    if "today" in q:
+        return today.timestamp(), (today + timedelta(days=1)).timestamp()
+    if m := _AGO.search(q):
+        n = _WORDS.get(m.group(1)) or int(m.group(1))
+        unit = {"day": 1, "week": 7, "month": 30, "year": 365}[m.group(2)]
+        centre = today - timedelta(days=n * unit)
+        half = timedelta(days=max(1, unit // 2))
+        return (centre - half).timestamp(), (centre + half + timedelta(days=1)).timestamp()
+    for phrase, days in (("last week", 7), ("last month", 31), ("last year", 366)):
+        if phrase in q:
+            return (today - timedelta(days=2 * days)).timestamp(), today.timestamp()
+    return None

@@ -7,6 +7,7 @@ Pages are never deleted: eviction only changes residency.
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from dataclasses import replace
@@ -57,6 +58,7 @@ class Session:
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
+        self._headers: dict[int, tuple[tuple, str]] = {}
         self._load(state)
 
     # -- identity -----------------------------------------------------------------------------------
@@ -77,7 +79,7 @@ class Session:
         for page, vector in zip(pages, vectors):
             self._index_page(page, vector)
         for mark in store.bookmarks(self.user, self.name):
-            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
+            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
         self.packer.next_n = (pages[-1].n + 1) if pages else 1
         after, start = 0, 0
         if pages:
@@ -108,9 +110,9 @@ class Session:
                 break
             self.frames.place(e)
 
-    def _index_page(self, page: Page, vector: np.ndarray) -> None:
+    def _index_page(self, page: Page, vectors: np.ndarray) -> None:
         self.pages[page.n] = page
-        self.index.add(page.n, page.text, vector)
+        self.index.add(page, vectors)
         self.directory.add(page.keywords, [page.n])
         entry = self.table.get(page.n) or Entry(page.n)
         entry.tokens, entry.importance = page.tokens, page.importance
@@ -183,11 +185,14 @@ class Session:
         pages = self._unembedded
         if not pages:
             return
-        vectors = self.home.embedder.embed([p.text for p in pages])
-        for page, vector in zip(pages, vectors):
-            self.index.add(page.n, page.text, vector)
+        vectors = self.home.embedder.embed([p.piece_text(i) for p in pages for i in range(len(p.spans))])
+        row = 0
+        for page in pages:
+            piece_vectors = vectors[row : row + len(page.spans)]
+            row += len(page.spans)
+            self.index.add(page, piece_vectors)
             self.pending.pages.append(page)
-            self.pending.vectors.append(vector)
+            self.pending.vectors.append(piece_vectors)
         self._unembedded = []
 
     # -- other processes ------------------------------------------------------------------------------
@@ -267,7 +272,7 @@ class Session:
             self._evict(entry, reason="page_out")
 
     def pin(self, n: int) -> None:
-        pinned = sum(e.pinned for e in self.table.values())
+        pinned = self.pinned_count()
         if not self.table[n].pinned and pinned + 3 > self.frames.count:  # keep the tail and one free frame
             raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "
                               "unpin a page or raise --budget")
@@ -281,9 +286,13 @@ class Session:
         self._journal_op({"op": "pin", "page": n, "pinned": False})
         self.emit("unpin", page=page_id(n))
 
+    def pinned_count(self) -> int:
+        """Pinned pages are always resident, so the frames are enough to count them."""
+        return sum(1 for n in self.frames.slots if n is not None and self.table[n].pinned)
+
     def resize(self, count: int) -> None:
         """Set the number of frames (the context budget changed); evicts by policy when shrinking."""
-        pinned = sum(e.pinned for e in self.table.values() if e.n != self.tail_n)
+        pinned = self.pinned_count()
         if count < pinned + 1:
             raise BudgetError(
                 f"the budget leaves {count} frame(s) but {pinned} pinned page(s) and the tail need {pinned + 1}; "
@@ -304,7 +313,7 @@ class Session:
 
     def _bookmark(self, keywords: tuple[str, ...], pages: tuple[int, ...], note: str, source: str) -> bm.Bookmark:
         mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())
-        self.directory.add(keywords, pages, note, mark.uid)
+        self.directory.add(keywords, pages, note, mark.uid, first=source != "auto")
         self.pending.bookmarks.append((self.user, self.name, mark))
         self._journal_op({"op": "bookmark", **mark.to_dict()})
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
@@ -320,8 +329,8 @@ class Session:
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,
                record: bool = True) -> list[Hit]:
         self.sync()
-        vector = self.home.embedder.embed([query])[0] if query.strip() else None
-        hits = self.index.search(query, vector, self.directory, k, set(exclude) | {self.tail_n}, boosts)
+        hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
+                                 self.clock(), boosts)
         if record:
             self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
         return hits
@@ -331,8 +340,7 @@ class Session:
         cfg = self.home.config
         share = cfg.autopage_share if share is None else share
         min_score = cfg.autopage_min_score if min_score is None else min_score
-        pinned = sum(e.pinned for e in self.table.values())
-        room = min(int(self.frames.count * share), self.frames.count - 1 - pinned)
+        room = min(int(self.frames.count * share), self.frames.count - 1 - self.pinned_count())
         if room <= 0 or not query.strip():
             return []
         hits = [h for h in self.search(query, k=room) if h.score >= min_score]
@@ -369,21 +377,35 @@ class Session:
             return pieces[0].turn.date if pieces else ""
         return self.pages[n].date_first
 
-    def header(self, n: int, limit: int | None = None) -> str:
-        """`[p42 · 8 May 2023 · bookmarks: a, b]`, as many bookmarks as fit the header reserve."""
-        limit = limit or header_reserve(self.page_tokens)
-        parts = [page_id(n)]
-        if date := self.page_dates(n):
-            parts.append(date)
-        base = "[" + " · ".join(parts)
-        keywords = self.directory.keywords(n)[:4]
-        while keywords:
-            text = f"{base} · bookmarks: {', '.join(keywords)}]"
-            if self.tokenizer.count(text) <= limit:
-                return text
-            keywords = keywords[:-1]
-        text = base + "]"
-        return text if self.tokenizer.count(text) <= limit else f"[{page_id(n)}]"
+    def header(self, n: int) -> str:
+        """`[p42 · 8 May 2023 · bookmarks: a, b]`, with as many bookmarks as fit the header reserve."""
+        date = self.page_dates(n)
+        keywords = tuple(self.directory.keywords(n)[:4])
+        key = (n, date, keywords)
+        cached = self._headers.get(n)
+        if cached and cached[0] == key:
+            return cached[1]
+        limit = header_reserve(self.page_tokens)
+        base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
+        text = f"[{page_id(n)}]"
+        for cut in range(len(keywords), -1, -1):
+            candidate = f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]"
+            if self.tokenizer.count(candidate) <= limit:
+                text = candidate
+                break
+        self._headers[n] = (key, text)
+        return text
+
+    def checkpoint(self) -> tuple:
+        """The paging state (not the pages): restore() returns to it exactly."""
+        table = PageTable({n: copy.copy(e) for n, e in self.table.items()})
+        return table, list(self.frames.slots), copy.copy(self.policy), self.tick, dict(self.counters)
+
+    def restore(self, checkpoint: tuple) -> None:
+        table, slots, policy, self.tick, counters = checkpoint
+        self.table = PageTable({n: copy.copy(e) for n, e in table.items()})
+        self.policy, self.counters = copy.copy(policy), dict(counters)
+        self.frames.table, self.frames.policy, self.frames.slots = self.table, self.policy, list(slots)
 
     def snapshot(self) -> dict:
         return {"page_tokens": self.page_tokens, "policy": self.policy.name, "tick": self.tick,

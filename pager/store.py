@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Batch:
-    """One write: new turns, sealed pages (with their vectors), bookmarks and page-table states."""
+    """One write: new turns, sealed pages (with one vector per piece), bookmarks and page-table states."""
 
     turns: list[Turn] = field(default_factory=list)
     pages: list[Page] = field(default_factory=list)
@@ -45,7 +45,7 @@ class Store(Protocol):
     def put(self, batch: Batch) -> None: ...
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]: ...
     def turn_count(self, user: str, session: str) -> int: ...
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]: ...
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]: ...
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
     def sessions(self) -> list[dict]: ...
@@ -82,11 +82,10 @@ class MemoryStore:
     def turn_count(self, user: str, session: str) -> int:
         return max(self._turns.get((user, session), {}), default=0)
 
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]:
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]:
         rows = self._pages.get((user, session), {})
         keys = [k for k in sorted(rows) if k > after]
-        vectors = np.array([rows[k][1] for k in keys], dtype=np.float32).reshape(len(keys), self.dim)
-        return [rows[k][0] for k in keys], vectors
+        return [rows[k][0] for k in keys], [rows[k][1] for k in keys]
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:
         return sorted(self._bookmarks.get((user, session), {}).values(), key=lambda b: (b.ts, b.uid))
@@ -115,20 +114,27 @@ def _turn_row(t: Turn) -> dict:
     return t.to_dict()
 
 
-def _page_row(p: Page, vector: np.ndarray) -> dict:
+def _page_row(p: Page, pieces: np.ndarray) -> dict:
+    pieces = np.asarray(pieces, dtype=np.float32)
+    mean = pieces.mean(axis=0)
+    mean /= np.linalg.norm(mean) or 1.0
     return {
         "user": p.user, "session": p.session, "n": p.n, "text": p.text, "tokens": p.tokens,
-        "first_turn": p.first_turn, "last_turn": p.last_turn, "spans": json.dumps(p.spans),
+        "first_turn": p.first_turn, "last_turn": p.last_turn,
+        "spans": json.dumps([[*span, *line] for span, line in zip(p.spans, p.lines)]),
         "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
         "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
-        "importance": float(p.importance), "vector": np.asarray(vector, dtype=np.float32).tolist(),
+        "importance": float(p.importance), "vector": mean.tolist(),
+        "pieces": pieces.astype(np.float16).tobytes(),
     }
 
 
 def _page_from(row: dict) -> Page:
+    spans = json.loads(row["spans"])
     return Page(
         session=row["session"], n=int(row["n"]), text=row["text"], tokens=int(row["tokens"]),
-        spans=tuple(tuple(s) for s in json.loads(row["spans"])), speakers=tuple(row["speakers"] or ()),
+        spans=tuple(tuple(s[:3]) for s in spans), lines=tuple(tuple(s[3:5]) for s in spans),
+        speakers=tuple(row["speakers"] or ()),
         date_first=row["date_first"], date_last=row["date_last"], ts_first=row["ts_first"],
         ts_last=row["ts_last"], refs=tuple(row["refs"] or ()), keywords=tuple(row["keywords"] or ()),
         importance=float(row["importance"]), user=row["user"],
@@ -167,7 +173,7 @@ class LanceStore:
                                 ("first_turn", i), ("last_turn", i), ("spans", s), ("speakers", pa.list_(s)),
                                 ("date_first", s), ("date_last", s), ("ts_first", f), ("ts_last", f),
                                 ("refs", pa.list_(s)), ("keywords", pa.list_(s)), ("importance", f),
-                                ("vector", pa.list_(pa.float32(), self.dim))]),
+                                ("vector", pa.list_(pa.float32(), self.dim)), ("pieces", pa.binary())]),
             "bookmarks": pa.schema([("user", s), ("session", s), ("uid", s), ("keywords", pa.list_(s)),
                                     ("pages", pa.list_(i)), ("note", s), ("source", s), ("ts", f)]),
             "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
@@ -275,11 +281,11 @@ class LanceStore:
         rows = self._rows("turns", user, session, columns=["turn"])
         return max((r["turn"] for r in rows), default=0)
 
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], np.ndarray]:
+    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]:
         from lancedb.expr import col, lit
 
         rows = sorted(self._rows("pages", user, session, col("n") > lit(after)), key=lambda r: r["n"])
-        vectors = np.array([r["vector"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
+        vectors = [np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
         return [_page_from(r) for r in rows], vectors
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:

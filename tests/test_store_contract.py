@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from pager.bookmarks import Bookmark
-from pager.page import Page, Turn
+from pager.page import Packer, Turn
+from pager.tokens import get_tokenizer
 from pager.store import Batch, LanceStore, MemoryStore
 
 
@@ -15,8 +16,12 @@ def store(request, tmp_path):
 
 def batch(user, session, turns=3, first=1):
     ts = [Turn(session, i, "ann", f"{session} text {i}", user=user) for i in range(first, first + turns)]
-    pages = [Page(session, first, "\n".join(t.text for t in ts), 10, tuple((t.turn, 0, len(t.text)) for t in ts), user=user)]
-    return Batch(turns=ts, pages=pages, vectors=[np.ones(8, dtype=np.float32)],
+    packer = Packer(session, get_tokenizer(), 256, next_n=first, user=user)
+    for t in ts:
+        packer.add(t)
+    page = packer.seal()
+    vectors = np.arange(len(ts) * 8, dtype=np.float32).reshape(len(ts), 8) / 10
+    return Batch(turns=ts, pages=[page], vectors=[vectors],
                  bookmarks=[(user, session, Bookmark(("k",), (first,), "note", "model", f"u{session}{first}", 1.0))],
                  states={(user, session): {"tick": first}})
 
@@ -26,7 +31,9 @@ def test_roundtrip(store):
     assert [t.turn for t in store.turns("u", "s")] == [1, 2, 3]
     assert store.turn_count("u", "s") == 3
     pages, vectors = store.pages("u", "s")
-    assert pages[0].n == 1 and vectors.shape == (1, 8)
+    assert pages[0].n == 1 and vectors[0].shape == (3, 8)
+    assert np.allclose(vectors[0], np.arange(24).reshape(3, 8) / 10, atol=0.05)  # float16 on disk
+    assert pages[0] == batch("u", "s").pages[0]  # every field survives the round trip
     assert store.bookmarks("u", "s")[0].note == "note"
     assert store.state("u", "s") == {"tick": 1}
 

@@ -1,0 +1,284 @@
+"""`pager bench locomo`: evidence recall inside the assembled context, against baselines.
+
+For each conversation and budget, the whole conversation is ingested (DESIGN.md step 1),
+the paging state is checkpointed, and each question starts from that checkpoint: automatic
+paging with the question as the message, then context assembly (steps 2 and 3), no model.
+A question's recall is the share of its evidence turns whose whole text is inside the
+context; all_hit is whether every one is. The budget counts the memory region (map, page
+headers, page text) with the named tokenizer. Baselines run in the same loop, same budget,
+same tokenizer, rendering turns as `Speaker: text` lines:
+
+- recent: the tail of the conversation that fits;
+- bm25:   turns ranked by BM25 (rank-bm25), packed greedily;
+- vector: turns ranked by embedding similarity, packed greedily.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..config import Config
+from ..context import build
+from ..embed import make_embedder
+from ..formats import Conversation, parse_locomo
+from ..home import memory_home
+from ..search import terms
+from ..session import Session
+
+HEADLINE = (1, 2, 3, 4)
+SYSTEMS = ("pager", "recent", "bm25", "vector")
+
+
+@dataclass
+class Outcome:
+    category: int
+    recall: float
+    all_hit: bool
+    tokens: int
+    ms: float
+
+
+@dataclass
+class Tally:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        head = [o for o in self.outcomes if o.category in HEADLINE]
+        by_cat = {}
+        for cat in sorted({o.category for o in self.outcomes}):
+            rows = [o for o in self.outcomes if o.category == cat]
+            by_cat[str(cat)] = {"recall": _mean([o.recall for o in rows]), "all_hit": _mean([o.all_hit for o in rows]),
+                                "n": len(rows)}
+        ms = sorted(o.ms for o in self.outcomes) or [0.0]
+        return {
+            "recall": _mean([o.recall for o in head]),
+            "all_hit": _mean([o.all_hit for o in head]),
+            "n": len(head),
+            "mean_tokens": round(_mean([o.tokens for o in self.outcomes]), 1),
+            "p50_ms": round(_percentile(ms, 50), 3),
+            "p95_ms": round(_percentile(ms, 95), 3),
+            "by_category": by_cat,
+        }
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    k = (len(sorted_values) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def covered(spans: list[tuple[int, int]], length: int) -> bool:
+    """Do the (start, end) character spans cover [0, length) without a gap?"""
+    reach = 0
+    for start, end in sorted(spans):
+        if start > reach:
+            return False
+        reach = max(reach, end)
+    return reach >= length
+
+
+def turns_in_context(session: Session, pages: list[int]) -> dict[int, list[tuple[int, int]]]:
+    """turn number → character spans of it inside the shown pages."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for n in pages:
+        if n == session.tail_n:
+            for piece in session.packer.pieces:
+                spans.setdefault(piece.turn.turn, []).append((piece.start, piece.end))
+        else:
+            for turn, start, end in session.pages[n].spans:
+                spans.setdefault(turn, []).append((start, end))
+    return spans
+
+
+def score(evidence: list[int], lengths: dict[int, int], inside: Callable[[int], list[tuple[int, int]]]) -> tuple[float, bool]:
+    hits = [covered(inside(t), lengths[t]) for t in evidence]
+    return (sum(hits) / len(hits), all(hits)) if hits else (0.0, False)
+
+
+# -- baselines -----------------------------------------------------------------------------------------
+class Baselines:
+    """Turn-level systems over one conversation, packed into the same budget."""
+
+    def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int]) -> None:
+        from rank_bm25 import BM25Okapi
+
+        self.tokenizer = session.tokenizer
+        self.numbers = turn_numbers
+        self.lines = [f"{m['speaker']}: {m['text']}" for m in conv.messages]
+        self.costs = [self.tokenizer.count(line) for line in self.lines]
+        self.bm25 = BM25Okapi([terms(line) or ["∅"] for line in self.lines])
+        self.embedder = session.home.embedder
+        self.vectors = self.embedder.embed(self.lines)
+
+    def rank(self, system: str, question: str) -> list[int]:
+        if system == "recent":
+            return list(range(len(self.lines) - 1, -1, -1))
+        if system == "bm25":
+            scores = self.bm25.get_scores(terms(question) or ["∅"])
+        else:
+            scores = self.vectors @ self.embedder.embed([question])[0]
+        return list(np.argsort(-np.asarray(scores), kind="stable"))
+
+    def pack(self, order: list[int], budget: int) -> tuple[list[int], int]:
+        """Greedy: take turns in rank order while they fit; render in conversation order."""
+        chosen, used = [], 0
+        for i in order:
+            cost = self.costs[i] + (1 if chosen else 0)
+            if used + cost <= budget:
+                chosen.append(i)
+                used += cost
+        chosen.sort()
+        text = "\n".join(self.lines[i] for i in chosen)
+        tokens = self.tokenizer.count(text)
+        while tokens > budget and chosen:  # the newline estimate was off: drop the last-ranked turn
+            chosen.remove(next(i for i in reversed(order) if i in chosen))
+            text = "\n".join(self.lines[i] for i in chosen)
+            tokens = self.tokenizer.count(text)
+        return chosen, tokens
+
+
+# -- the run --------------------------------------------------------------------------------------------
+def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
+             on_question: Callable[[], None] = lambda: None) -> None:
+    with tempfile.TemporaryDirectory(prefix="pager-bench-") as folder:
+        home = memory_home(config.with_(home=Path(folder), budget=budget, session=conv.sample_id))
+        session = home.open()
+        turns = session.append_many(conv.messages)
+        number = {t.ref: t.turn for t in turns}
+        lengths = {t.turn: len(t.text) for t in turns}
+        checkpoint = session.checkpoint()
+        base = Baselines(session, conv, [t.turn for t in turns]) if baselines else None
+        for q in conv.questions:
+            evidence = [number[r] for r in q.evidence if r in number]
+            if not evidence:
+                on_question()
+                continue
+            session.restore(checkpoint)
+            started = time.perf_counter()
+            ctx = build(session, q.question, budget=budget, chat=False)
+            ms = (time.perf_counter() - started) * 1000
+            spans = turns_in_context(session, ctx.pages)
+            recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))
+            tallies["pager"].outcomes.append(Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms))
+            if base is not None:
+                for system in ("recent", "bm25", "vector"):
+                    started = time.perf_counter()
+                    chosen, tokens = base.pack(base.rank(system, q.question), budget)
+                    ms = (time.perf_counter() - started) * 1000
+                    inside = {base.numbers[i] for i in chosen}
+                    recall, all_hit = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in inside else [])
+                    tallies[system].outcomes.append(Outcome(q.category, recall, all_hit, tokens, ms))
+            on_question()
+        home.journal.close(remove=True)
+
+
+def run(data: Path, budgets: list[int], config: Config | None = None, limit_conversations: int | None = None,
+        limit_questions: int | None = None, baselines: bool = True, progress: bool = True) -> dict:
+    config = config or Config(embedder="wordllama")
+    conversations = parse_locomo(data)[:limit_conversations]
+    if limit_questions:
+        for conv in conversations:
+            conv.questions = conv.questions[:limit_questions]
+    make_embedder(config.embedder)  # load once, outside the timings
+    total = sum(len(c.questions) for c in conversations) * len(budgets)
+    results = []
+    bar = _progress(progress)
+    with bar:
+        task = bar.add_task("questions", total=total)
+        for budget in budgets:
+            tallies = {name: Tally() for name in SYSTEMS}
+            for conv in conversations:
+                bar.update(task, description=f"budget {budget} · {conv.sample_id}")
+                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task))
+            summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
+            results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
+    return {
+        "dataset": Path(data).name,
+        "tokenizer": config.encoding,
+        "page_tokens": config.page_tokens,
+        "policy": config.policy,
+        "embedder": config.embedder,
+        "conversations": [c.sample_id for c in conversations],
+        "results": results,
+    }
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=not enabled, transient=True)
+
+
+def table(report: dict):
+    """The result as a rich table: recall (all-hit) per system and budget, then pager by category."""
+    from rich.table import Table
+
+    t = Table(title=f"LoCoMo evidence recall, cats 1–4 ({report['dataset']}, {report['tokenizer']})", title_justify="left")
+    t.add_column("budget", justify="right")
+    for name in SYSTEMS:
+        t.add_column(name, justify="right")
+    t.add_column("pager − best", justify="right")
+    t.add_column("pager p95 ms", justify="right")
+    for row in report["results"]:
+        cells = [str(row["budget"]), f"{row['pager']['recall']:.3f} ({row['pager']['all_hit']:.2f})"]
+        best = 0.0
+        for name in SYSTEMS[1:]:
+            b = row["baselines"].get(name)
+            cells.append(f"{b['recall']:.3f} ({b['all_hit']:.2f})" if b else "–")
+            best = max(best, b["recall"] if b else 0.0)
+        cells.append(f"{row['pager']['recall'] - best:+.3f}" if row["baselines"] else "–")
+        cells.append(f"{row['pager']['p95_ms']:.1f}")
+        t.add_row(*cells)
+    cats = Table(title="by category (recall) — 1 multi-hop · 2 temporal · 3 open-domain · 4 single-hop · 5 adversarial",
+                 title_justify="left")
+    cats.add_column("budget", justify="right")
+    cats.add_column("system")
+    for c in ("1", "2", "3", "4", "5"):
+        cats.add_column(f"cat {c}", justify="right")
+    for row in report["results"]:
+        for name in SYSTEMS:
+            summary = row["pager"] if name == "pager" else row["baselines"].get(name)
+            if summary:
+                cells = [f"{summary['by_category'].get(c, {}).get('recall', 0):.3f}" for c in ("1", "2", "3", "4", "5")]
+                cats.add_row(str(row["budget"]), name, *cells)
+    return t, cats
+
+
+def plot(report: dict, out: Path) -> None:
+    """Recall against budget, pager and baselines, to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budgets = [r["budget"] for r in report["results"]]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for name, style in zip(SYSTEMS, ("o-", "s--", "^--", "v--")):
+        ys = [(r["pager"] if name == "pager" else r["baselines"].get(name, {})).get("recall") for r in report["results"]]
+        if all(y is not None for y in ys):
+            ax.plot(budgets, ys, style, label=name, linewidth=2.5 if name == "pager" else 1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("memory budget (tokens)")
+    ax.set_ylabel("evidence recall, LoCoMo cats 1–4")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(f"{report['dataset']}: recall vs budget")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
