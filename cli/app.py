@@ -150,6 +150,78 @@ def demo(
     run(budget=budget, keep=keep)
 
 
+@command()
+def search(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="what to look for"),
+    session: Optional[str] = typer.Option(None, "--session", "-s"),
+    k: int = typer.Option(8, "-k", help="how many pages"),
+    json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
+) -> None:
+    """Ranked pages for a query, with each signal's score and the page's bookmarks."""
+    import json
+
+    config = load_config(ctx, session=session)
+    with open_home(config) as home:
+        s = home.open()
+        hits = s.search(query, k=k, record=False)
+        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.pages[h.n].date_first,
+                 "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
+                 "snippet": s.snippet(h)} for h in hits]
+        if json_out:
+            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows}, ensure_ascii=False))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{query!r} in session {s.name!r} ({len(s.pages)} pages)", title_justify="left")
+        for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
+            table.add_column(name, overflow="fold")
+        for r in rows:
+            signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
+            table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
+                          ", ".join(r["bookmarks"]), r["snippet"])
+        Console().print(table if rows else f"no page of session {s.name!r} matches {query!r}")
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("locomo")
+@handles_errors
+def bench_locomo(
+    data: Path = typer.Option(..., "--data", help="LoCoMo JSON (e.g. ../shared/data/locomo/locomo_dev.json)"),
+    budget: list[int] = typer.Option([1024, 2048, 4096, 8192], "--budget", help="memory budgets, repeatable"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="draw recall against budget to this PNG"),
+    page_tokens: Optional[int] = typer.Option(None, "--page-tokens"),
+    policy: Optional[str] = typer.Option(None, "--policy"),
+    conversations: Optional[int] = typer.Option(None, "--conversations", help="only the first N conversations"),
+    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions of each"),
+    baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
+) -> None:
+    """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
+    import json
+
+    from rich.console import Console
+
+    from pager.bench import locomo
+    from pager.config import Config
+
+    config = Config.load(page_tokens=page_tokens, policy=policy)
+    report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines)
+    console = Console()
+    for table in locomo.table(report):
+        console.print(table)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        console.print(f"wrote {json_path}")
+    if plot:
+        locomo.plot(report, plot)
+        console.print(f"wrote {plot}")
+
+
 def main() -> None:
     app()
 

@@ -35,12 +35,12 @@ class Config:
     user: str = ""               # namespace of one person across sessions
     model: str = ""              # litellm model string; empty means the offline memory shell
     budget: int = 8192           # tokens of the whole prompt the model sees
-    page_tokens: int = 256       # tokens per page and per frame, header included
+    page_tokens: int = 128       # tokens per page and per frame, header included (chosen by measurement)
     policy: str = "clock"        # eviction policy: clock, lru, lfu, scored
-    map_tokens: int = 0          # memory-map reserve; 0 means budget/16 clamped to [48, 512]
+    map_tokens: int = 0          # memory-map reserve; 0 means budget/32 clamped to [48, 384]
     output_tokens: int = 1024    # reserved for the model's reply, outside the budget
     pressure: float = 0.85       # frames-in-use share above which the model is warned
-    autopage_share: float = 0.75 # share of frames automatic paging may fill for one message
+    autopage_share: float = 0.9  # share of frames automatic paging may fill; the rest keeps recent pages
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     max_steps: int = 8           # model calls per user message before the loop stops
@@ -70,7 +70,7 @@ class Config:
 
     @property
     def map_reserve(self) -> int:
-        return self.map_tokens or max(48, min(512, self.budget // 16))
+        return self.map_tokens or max(48, min(384, self.budget // 32))
 
     @property
     def encoding(self) -> str:

@@ -172,7 +172,7 @@ class Vocabulary:
 class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
-    WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.2}
+    WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35}
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -235,9 +235,11 @@ class Index:
             weighted.setdefault(stem(extra), 0.5)
         count = len(self.piece_page)
         signals["bm25"] = self.bm25.scores(weighted)
-        qv = embedder.embed([query])[0]
-        signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
         named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
+        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
+        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
+        qv = embedder.embed([bare if bare.strip() else query])[0]
+        signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
         if named:
             signals["speaker"] = np.array([1.0 if s in named else 0.0 for s in self.piece_speaker], dtype=np.float32)
         span = date_range(query, now if now is not None else time.time())

@@ -185,7 +185,7 @@ class Session:
         pages = self._unembedded
         if not pages:
             return
-        vectors = self.home.embedder.embed([p.piece_text(i) for p in pages for i in range(len(p.spans))])
+        vectors = self.home.embedder.embed([p.piece_text(i).split(": ", 1)[-1] for p in pages for i in range(len(p.spans))])
         row = 0
         for page in pages:
             piece_vectors = vectors[row : row + len(page.spans)]
@@ -334,6 +334,14 @@ class Session:
         if record:
             self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
         return hits
+
+    def snippet(self, hit: Hit, width: int = 160) -> str:
+        """The hit's best piece of text, on one line, cut to width characters."""
+        page = self.pages[hit.n]
+        first = self.index.page_pieces[hit.n][0]
+        i = hit.piece - first if 0 <= hit.piece - first < len(page.spans) else 0
+        text = " ".join(page.piece_text(i).split()) if page.lines else " ".join(page.text.split())
+        return text if len(text) <= width else text[: width - 1] + "…"
 
     def autopage(self, query: str, share: float | None = None, min_score: float | None = None) -> list[Hit]:
         """Fault in the pages the query needs, with read-ahead, within a share of the frames."""
