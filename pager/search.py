@@ -233,7 +233,6 @@ class Index:
         words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
         for extra in self.vocabulary.expand(words, embedder):
             weighted.setdefault(stem(extra), 0.5)
-        count = len(self.piece_page)
         signals["bm25"] = self.bm25.scores(weighted)
         named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
@@ -246,12 +245,15 @@ class Index:
         if span:
             ts = np.array(self.piece_ts)
             signals["date"] = ((ts >= span[0]) & (ts < span[1])).astype(np.float32)
-        fused = np.zeros(count, dtype=np.float32)
+        return self._pages(self._fuse(signals), signals, directory.matches(query), k, exclude, boosts or {})
+
+    def _fuse(self, signals: dict[str, np.ndarray]) -> np.ndarray:
+        fused = np.zeros(len(self.piece_page), dtype=np.float32)
         for name, values in signals.items():
             top = float(values.max())
             if top > 0:
-                fused += w[name] * values / top
-        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {})
+                fused += self.WEIGHTS[name] * values / top
+        return fused
 
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts) -> list[Hit]:
         numbers = self._numbers()

@@ -67,3 +67,19 @@ def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
     assert "facts found in the prompt" in result.output
     assert "6 / 6" in result.output
     assert "390 / 390" in result.output
+
+
+def test_search_shows_ranked_pages_with_signals(tmp_path):
+    data = tmp_path / "conv.jsonl"
+    lines = [json.dumps({"speaker": "ann", "text": f"filler {i} about lunch"}) for i in range(80)]
+    lines.insert(40, json.dumps({"speaker": "bob", "text": "The wifi password at the cabin is moose-lake-42."}))
+    data.write_text("\n".join(lines) + "\n")
+    home = str(tmp_path / "h")
+    env = {"PAGER_EMBEDDER": "hash"}
+    assert runner.invoke(app, ["--home", home, "ingest", str(data)], env=env).exit_code == 0
+    result = runner.invoke(app, ["--home", home, "search", "cabin wifi password", "-k", "3", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    top = json.loads(result.output)["results"][0]
+    assert "moose-lake-42" in top["snippet"] and top["signals"]["bm25"] > 0
+    result = runner.invoke(app, ["--home", home, "search", "cabin wifi password"], env=env)
+    assert result.exit_code == 0 and "moose-lake-42" in result.output

@@ -260,9 +260,12 @@ def table(report: dict):
 
 def plot(report: dict, out: Path) -> None:
     """Recall against budget, pager and baselines, to a PNG."""
+    import logging
+
     import matplotlib
 
     matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt
 
     budgets = [r["budget"] for r in report["results"]]

@@ -1,0 +1,60 @@
+"""The benchmark's evidence accounting on a hand-made conversation, and a small slice of the real one."""
+
+import json
+
+import pytest
+
+from conftest import LOCOMO
+from pager.bench.locomo import covered, run, turns_in_context
+from pager.config import Config
+from pager.context import build
+from pager.embed import HashEmbedder
+from pager.home import Home
+from pager.store import MemoryStore
+
+
+def test_covered_needs_the_whole_turn():
+    assert covered([(0, 10)], 10)
+    assert covered([(5, 10), (0, 5)], 10)
+    assert not covered([(0, 9)], 10)
+    assert not covered([(0, 4), (6, 10)], 10)
+    assert not covered([], 3)
+
+
+def test_a_turn_split_across_pages_counts_only_when_every_part_is_inside(tmp_path):
+    cfg = Config(home=tmp_path, budget=2048, page_tokens=64, embedder="hash")
+    home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    s = home.open("tiny")
+    s.append("ann", "short opening line")
+    long_turn = s.append("bob", " ".join(f"detail{i}" for i in range(120)))
+    s.append("ann", "closing remark")
+    parts = [n for n, p in s.pages.items() if any(t == long_turn.turn for t, _, _ in p.spans)]
+    if any(piece.turn.turn == long_turn.turn for piece in s.packer.pieces):
+        parts.append(s.tail_n)  # its last part is on the open tail page
+    assert len(parts) >= 2, "the long turn spans pages"
+    length = len(long_turn.text)
+    spans = turns_in_context(s, parts)
+    assert covered(spans[long_turn.turn], length)
+    spans = turns_in_context(s, parts[:-1])
+    assert not covered(spans[long_turn.turn], length)
+    ctx = build(s, "detail7 detail8", chat=False)
+    inside = turns_in_context(s, ctx.pages)
+    whole = covered(inside.get(long_turn.turn, []), length)
+    assert whole == all(n in ctx.pages for n in parts)
+    home.journal.close(remove=True)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="needs ../shared/data/locomo (present in CI)")
+def test_benchmark_slice_runs_and_reports_the_design_keys(tmp_path):
+    report = run(LOCOMO, [1024, 2048], Config(embedder="wordllama"), limit_conversations=1, limit_questions=25,
+                 progress=False)
+    assert report["tokenizer"] == "cl100k_base"
+    for row in report["results"]:
+        for key in ("recall", "all_hit", "mean_tokens", "p50_ms", "p95_ms", "by_category"):
+            assert key in row["pager"]
+        assert set(row["baselines"]) == {"recent", "bm25", "vector"}
+        assert row["pager"]["mean_tokens"] <= row["budget"]
+        assert row["baselines"]["bm25"]["mean_tokens"] <= row["budget"]
+        # paging beats the conversation tail by far on questions about the past
+        assert row["pager"]["recall"] > row["baselines"]["recent"]["recall"] + 0.3
+    json.dumps(report)

