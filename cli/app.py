@@ -139,6 +139,32 @@ def inspect(
 
 
 @command()
+def chat(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s", help="resume or start this session"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="any litellm model string (or $PAGER_MODEL); none: the offline memory shell"),
+    budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
+) -> None:
+    """Talk to an agent whose memory is paged: the REPL."""
+    from pager.cli.chat import run
+
+    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy))
+
+
+@command()
+def tools(format: str = typer.Option("openai", "--format", help="schema format: openai")) -> None:
+    """Print the tool schemas offered to models (OpenAI function format)."""
+    import json
+
+    from pager.tools import AGENT
+
+    if format != "openai":
+        raise PagerError(f"unknown format {format!r}; only --format openai is supported")
+    typer.echo(json.dumps(AGENT.schemas(), indent=2))
+
+
+@command()
 def demo(
     ctx: typer.Context,
     budget: int = typer.Option(2048, "--budget", help="prompt budget for the demo"),

@@ -120,7 +120,7 @@ def _strip_speaker(line: str) -> str:
 
 
 def _trim_name(phrase: str) -> str:
-    words = phrase.split()
+    words = phrase.strip("'’-").split()
     while words and words[0].lower().strip("'’") in NOT_NAMES:
         words.pop(0)
     while words and words[-1].lower() in ("of", "de", "the"):

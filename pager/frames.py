@@ -49,28 +49,36 @@ class Frames:
             if n is not None and n not in protect and not self.table[n].pinned
         ]
 
-    def make_room(self, protect: Collection[int], now: int, evict: Callable[[Entry], None], free: int = 1) -> None:
-        """Evict by policy until `free` slots are empty; protected and pinned pages stay."""
+    def make_room(self, protect: Collection[int], now: int, evict: Callable[[Entry], None], free: int = 1,
+                  keep: Collection[int] = ()) -> None:
+        """Evict by policy until `free` slots are empty; protected and pinned pages stay, and pages
+        in `keep` (those the current message is using) go only when nothing else can."""
         missing = free - self.slots.count(None)
         if missing <= 0:
             return
-        candidates = self.candidates(protect)
+        candidates = self.candidates(set(protect) | set(keep))
+        in_use = False
         for _ in range(missing):
+            if not candidates and keep:
+                candidates, keep, in_use = self.candidates(protect), (), True
             if not candidates:
                 raise BudgetError(
                     f"all {self.used()} frames hold pinned or in-use pages, so nothing can be paged in; "
                     "raise --budget, unpin a page, or lower page_tokens"
                 )
-            victim = self.policy.victim(candidates, now)
+            # among pages the current message uses, the least relevant goes first
+            victim = (min(candidates, key=lambda e: (e.relevance, e.last_use, e.n)) if in_use
+                      else self.policy.victim(candidates, now))
             candidates.remove(victim)
             evict(victim)
 
-    def resize(self, count: int, protect: Collection[int], now: int, evict: Callable[[Entry], None]) -> None:
+    def resize(self, count: int, protect: Collection[int], now: int, evict: Callable[[Entry], None],
+               keep: Collection[int] = ()) -> None:
         """Grow or shrink to `count` slots, evicting by policy when the resident set no longer fits."""
         if count < 1:
             raise BudgetError("the budget leaves no frame for pages; raise --budget or lower page_tokens")
         if count < self.count:
-            self.make_room(protect, now, evict, free=self.count - count)
+            self.make_room(protect, now, evict, free=self.count - count, keep=keep)
             keep = [n for n in self.slots if n is not None]
             self.slots = [None] * count
             # pages above the new top move down into free slots; their frame numbers change

@@ -59,6 +59,7 @@ class Session:
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
         self._headers: dict[int, tuple[tuple, str]] = {}
+        self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self._load(state)
 
     # -- identity -----------------------------------------------------------------------------------
@@ -132,6 +133,7 @@ class Session:
             turns = [replace(d, turn=self.turn_count + i + 1) for i, d in enumerate(drafts)]
             self.home.journal_append([{"op": "turn", **t.to_dict()} for t in turns])
             lock.advance(turns[-1].turn if turns else self.turn_count, len(turns))
+        self.in_use = set()
         for t in turns:
             self._pack(t, 0, own=True)
         self._embed_pending()
@@ -239,7 +241,7 @@ class Session:
             self.counters["hits"] += 1
             self.emit("hit", page=page_id(n), reason=reason)
             return False
-        self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict)
+        self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
         self.frames.place(entry)
         entry.fault_count += 1
         self._use(entry)
@@ -248,6 +250,7 @@ class Session:
         return True
 
     def _use(self, entry: Entry) -> None:
+        self.in_use.add(entry.n)
         entry.last_use = self.tick
         entry.use_count += 1
         entry.referenced = True
@@ -286,6 +289,12 @@ class Session:
         self._journal_op({"op": "pin", "page": n, "pinned": False})
         self.emit("unpin", page=page_id(n))
 
+    def set_policy(self, name: str) -> None:
+        """Switch the eviction policy; the page table (use counts, referenced bits) carries over."""
+        self.policy = make_policy(name)
+        self.frames.policy = self.policy
+        self.emit("policy", policy=self.policy.name)
+
     def pinned_count(self) -> int:
         """Pinned pages are always resident, so the frames are enough to count them."""
         return sum(1 for n in self.frames.slots if n is not None and self.table[n].pinned)
@@ -300,7 +309,7 @@ class Session:
             )
         if count != self.frames.count:
             before = self.frames.count
-            self.frames.resize(count, {self.tail_n}, self.tick, self._evict)
+            self.frames.resize(count, {self.tail_n}, self.tick, self._evict, keep=self.in_use)
             self.emit("resize", frames=count, was=before)
 
     # -- bookmarks ------------------------------------------------------------------------------------
@@ -414,6 +423,7 @@ class Session:
         self.table = PageTable({n: copy.copy(e) for n, e in table.items()})
         self.policy, self.counters = copy.copy(policy), dict(counters)
         self.frames.table, self.frames.policy, self.frames.slots = self.table, self.policy, list(slots)
+        self.in_use = set()
 
     def snapshot(self) -> dict:
         return {"page_tokens": self.page_tokens, "policy": self.policy.name, "tick": self.tick,

@@ -83,3 +83,44 @@ def test_search_shows_ranked_pages_with_signals(tmp_path):
     assert "moose-lake-42" in top["snippet"] and top["signals"]["bm25"] > 0
     result = runner.invoke(app, ["--home", home, "search", "cabin wifi password"], env=env)
     assert result.exit_code == 0 and "moose-lake-42" in result.output
+
+
+def test_chat_through_piped_input_prints_frames_and_the_quoted_answer(tmp_path):
+    home = str(tmp_path / "h")
+    env = {**__import__("os").environ, "PAGER_EMBEDDER": "hash", "PAGER_HOME": home}
+    conv = tmp_path / "c.jsonl"
+    lines = [json.dumps({"speaker": "ann", "text": f"chit chat number {i} about the weather"}) for i in range(300)]
+    lines.insert(3, json.dumps({"speaker": "maya", "text": "The spare key is under the blue flowerpot."}))
+    conv.write_text("\n".join(lines) + "\n")
+    subprocess.run([sys.executable, "-m", "pager.cli", "ingest", str(conv), "-s", "house"], env=env, check=True,
+                   capture_output=True)
+    script = "Where is the spare key?\n/frames\n/stats\n/quit\n"
+    out = subprocess.run([sys.executable, "-m", "pager.cli", "chat", "-s", "house", "--budget", "2048"], env=env,
+                         input=script, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "offline memory shell" in out.stdout
+    assert "blue flowerpot" in out.stdout and "From p" in out.stdout
+    assert "frames of session 'house'" in out.stdout and "faults" in out.stdout
+    assert "Traceback" not in out.stderr
+    traces = list((tmp_path / "h" / "traces").glob("house-*.jsonl"))
+    kinds = [json.loads(line)["kind"] for line in traces[0].read_text().splitlines()]
+    assert "model_request" in kinds and "tool_call" in kinds and "fault" in kinds
+
+
+def test_chat_through_clirunner(tmp_path):
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "x"],
+                           input="Remember: the boat is called Saltire.\nWhat is the boat called?\n/frames\n/quit\n",
+                           env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 0, result.output
+    assert "Saltire" in result.output.split("What is the boat called?")[1]
+    assert "frames of session 'x'" in result.output
+
+
+def test_chat_with_a_model_and_no_key_is_one_line(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.endswith("_API_KEY")}
+    out = subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(tmp_path / "h"), "chat", "--model",
+                          "gpt-4o-mini"], input="hi\n", capture_output=True, text=True, timeout=120,
+                         env={**env, "PAGER_EMBEDDER": "hash"})
+    assert out.returncode != 0
+    assert "OPENAI_API_KEY" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

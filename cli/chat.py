@@ -1,0 +1,199 @@
+"""`pager chat`: the REPL. prompt_toolkit when interactive, plain lines when piped.
+
+Every model step prints the tools it called and the pages that moved; slash commands show
+the frame map, the page table, search results, bookmarks and counters.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Callable, Iterator, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from pager import views
+from pager.agent import Agent
+from pager.config import Config
+from pager.errors import PagerError
+from pager.home import Home
+from pager.llm import OFFLINE, LiteLLMModel, preload, register
+from pager.offline import OfflineShell
+from pager.session import Session
+from pager.trace import Event, TraceWriter
+
+HELP = """commands:
+  /frames          the frame map: which page is in which frame, tokens, flags
+  /pages           the page table
+  /search QUERY    ranked pages with their scores
+  /bookmarks       bookmarks by page
+  /stats           faults, evictions, hit rate, tokens per turn
+  /policy NAME     switch eviction policy (clock, lru, lfu, scored)
+  /pin ID, /unpin ID
+  /help, /quit"""
+
+
+def trace_path(home: Home, session: Session):
+    safe = re.sub(r"[^\w.-]+", "_", session.name)[:60] or "session"
+    return home.path / "traces" / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+class StepPrinter:
+    """Prints, as they happen, the tool calls of each model step and the pages that moved."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.faulted: list[str] = []
+        self.evicted: list[str] = []
+        self.totals: list[int] = []
+
+    def __call__(self, event: Event) -> None:
+        kind, d = event.kind, event.data
+        if kind == "fault":
+            self.faulted.append(d["page"])
+        elif kind == "evict":
+            self.evicted.append(d["page"])
+        elif kind == "pin":
+            self.console.print(f"  [magenta]pinned {d['page']}[/]", highlight=False)
+        elif kind == "model_request":
+            self.totals.append(d["tokens"]["total"])
+            self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames")
+        elif kind == "tool_call":
+            args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
+            self.console.print(f"  [cyan]↳ {d['name']}[/]({args})", highlight=False)
+        elif kind in ("model_error", "step_limit", "overflow", "notice"):
+            self.console.print(f"  [red]{kind}[/]: {d.get('error') or d.get('text') or d}", highlight=False)
+
+    def _flush(self, head: str) -> None:
+        moved = ""
+        if self.faulted:
+            moved += f" · [yellow]faulted {_list(self.faulted)}[/]"
+        if self.evicted:
+            moved += f" · evicted {_list(self.evicted)}"
+        self.console.print(f"  [dim]{head}[/]{moved}", highlight=False)
+        self.faulted, self.evicted = [], []
+
+
+def _list(pages: list[str], shown: int = 6) -> str:
+    more = len(pages) - shown
+    return " ".join(pages[:shown]) + (f" (+{more})" if more > 0 else "")
+
+
+def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
+    if interactive:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+
+        prompt = PromptSession(history=FileHistory(str(home.path / "chat_history")))
+        while True:
+            try:
+                yield prompt.prompt("you> ")
+            except EOFError:
+                return
+    else:
+        for line in stream:
+            yield line.rstrip("\n")
+
+
+def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = None,
+        interactive: bool | None = None, home_factory: Callable[[Config], Home] = Home) -> None:
+    console = console or Console(highlight=False)
+    interactive = stream.isatty() if interactive is None else interactive
+    loading = preload()
+    with home_factory(config) as home:
+        session = home.open()
+        writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")
+        session.events.listeners.append(writer)
+        printer = StepPrinter(console)
+        session.events.listeners.append(printer)
+        model_name = config.model or OFFLINE
+        session.emit("session_start", session=session.name, user=session.user, model=model_name, budget=config.budget,
+                     page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=config.encoding,
+                     resumed_turns=session.turn_count, config={"map_tokens": config.map_reserve,
+                                                               "autopage_share": config.autopage_share,
+                                                               "readahead": config.readahead,
+                                                               "max_steps": config.max_steps})
+        try:
+            _banner(console, session, config, model_name, writer.path)
+            loading.join()
+            register("offline", OfflineShell())
+            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            model.check()
+            agent = Agent(session, model, speaker=config.user or "user")
+            for line in lines_from(stream, interactive, home):
+                line = line.strip()
+                if not line:
+                    continue
+                if not interactive:
+                    console.print(f"[bold]you>[/] {line}", highlight=False)
+                if line.startswith("/"):
+                    if _command(line, session, printer, console) == "quit":
+                        break
+                    continue
+                reply = agent.ask(line)
+                console.print(f"[bold green]pager>[/] {reply.text}", highlight=False)
+        finally:
+            session.emit("session_end", turns=session.turn_count, **session.counters)
+            writer.close()
+
+
+def _banner(console: Console, session: Session, config: Config, model_name: str, trace) -> None:
+    console.rule(f"pager chat · session {session.name!r}")
+    if model_name == OFFLINE:
+        console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
+                      "quotes your memory; it does not think. Set --model or PAGER_MODEL for a real model.")
+    else:
+        console.print(f"model {model_name}")
+    state = f"resumed with {session.turn_count} turns, {len(session.pages)} pages" if session.turn_count else "new session"
+    console.print(f"{state} · budget {config.budget} tokens · {session.page_tokens}-token pages · "
+                  f"policy {session.policy.name} · trace {trace}")
+    console.print("type a message, or /help\n")
+
+
+def _command(line: str, session: Session, printer: StepPrinter, console: Console) -> str | None:
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    try:
+        if name in ("/quit", "/exit", "/q"):
+            return "quit"
+        if name == "/help":
+            console.print(HELP)
+        elif name == "/frames":
+            console.print(views.frame_strip(session))
+            console.print(views.legend())
+            console.print(views.frame_table(session))
+        elif name == "/pages":
+            console.print(views.page_table(session))
+        elif name == "/bookmarks":
+            console.print(views.bookmark_table(session))
+        elif name == "/search":
+            if not arg:
+                console.print("usage: /search QUERY")
+                return None
+            table = Table(title=f"search {arg!r}", title_justify="left")
+            for col in ("page", "score", "signals", "best piece"):
+                table.add_column(col, overflow="fold")
+            for hit in session.search(arg, k=8):
+                table.add_row(hit.id + (" *" if session.table[hit.n].resident else ""), f"{hit.score:.2f}",
+                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), session.snippet(hit, 100))
+            console.print(table)
+        elif name == "/stats":
+            st = session.stats()
+            per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
+            console.print(f"faults {st['faults']} · evictions {st['evictions']} · hits {st['hits']} · hit rate "
+                          f"{st['hit_rate']:.0%} · {st['turns']} turns on {st['pages']} pages · frames "
+                          f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+        elif name == "/policy":
+            session.set_policy(arg)
+            console.print(f"policy {session.policy.name}")
+        elif name in ("/pin", "/unpin"):
+            n = session.resolve(arg)
+            session.pin(n) if name == "/pin" else session.unpin(n)
+            console.print(f"{name[1:]}ned p{n}")
+        else:
+            console.print(f"unknown command {name}; /help lists them")
+    except PagerError as exc:
+        console.print(f"[red]{exc}[/]")
+    return None

@@ -1,0 +1,102 @@
+"""The agent loop: assemble → call the model → run its tool calls → repeat.
+
+One user message is one `ask`: the message is made durable first, automatic paging runs
+with it as the query, then the model is called with the tools until it answers in text or
+the step limit is reached. The loop is driven by `message.tool_calls`, never by
+finish_reason. Tool calls go through the same fault path as everything else, and every
+exchange is an event (a trace listens to them; replay feeds the recorded replies back).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pager.prompts import load
+from pager.tools import MODEL, Dispatcher
+
+from .context import build, message_tokens
+from .errors import BudgetError, ModelError
+from .llm import ContextOverflow, LiteLLMModel
+from .session import Session
+
+
+@dataclass
+class Reply:
+    text: str
+    steps: int
+    tool_calls: list[dict] = field(default_factory=list)
+    stopped: bool = False      # the step limit was reached
+    error: str = ""            # the model failed; the user's message is still in memory
+
+
+class Agent:
+    def __init__(self, session: Session, model: LiteLLMModel, dispatcher: Dispatcher = MODEL,
+                 max_steps: int | None = None, speaker: str = "user") -> None:
+        cfg = session.home.config
+        self.session, self.model, self.dispatcher = session, model, dispatcher
+        self.max_steps = max_steps or cfg.max_steps
+        self.speaker = speaker
+        self.prefix = load("system").strip()
+        self.tools = dispatcher.schemas()
+        self.tool_tokens = session.tokenizer.count(json.dumps(self.tools, separators=(",", ":")))
+        window = model.window() - model.output_tokens
+        self.budget = min(cfg.budget, window) if window > 0 else cfg.budget
+        if self.budget < cfg.budget:
+            session.emit("notice", text=f"budget lowered from {cfg.budget} to {self.budget} to fit {model.name}'s window")
+
+    def ask(self, text: str) -> Reply:
+        s = self.session
+        turn = s.append(self.speaker, text, role="user")
+        s.emit("user", turn=turn.turn, text=text, ts=turn.ts, speaker=turn.speaker)
+        scratch: list[dict] = []
+        calls: list[dict] = []
+        budget = self.budget
+        step = 0
+        while step < self.max_steps:
+            step += 1
+            try:
+                ctx = build(s, text, self.prefix, self.tool_tokens + message_tokens(s, scratch), budget,
+                            autopage=step == 1, hide_turn=turn.turn)
+            except BudgetError as exc:
+                return self._fail(step, calls, f"the prompt no longer fits the budget ({exc})")
+            s.emit("model_request", step=step, digest=ctx.digest, tokens=ctx.tokens, frames=ctx.frames,
+                   pages=[f"p{n}" for n in ctx.pages])
+            try:
+                reply = self.model.complete(ctx.messages() + scratch, self.tools)
+            except ContextOverflow as exc:
+                budget = int(budget * 0.75)
+                s.emit("overflow", step=step, budget=budget, error=str(exc)[:300])
+                if budget < s.page_tokens * 2 + s.home.config.map_reserve:
+                    return self._fail(step, calls, "the model's window is too small even for two pages")
+                step -= 1
+                continue
+            except ModelError as exc:
+                return self._fail(step, calls, str(exc))
+            s.emit("model_reply", step=step, text=reply.text, tool_calls=reply.tool_calls, retries=reply.retries)
+            if not reply.tool_calls:
+                return self._finish(reply.text, step, calls)
+            scratch.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in reply.tool_calls]})
+            for call in reply.tool_calls:
+                s.emit("tool_call", step=step, id=call["id"], name=call["name"], arguments=call["arguments"])
+                result = self.dispatcher.call(s, call["name"], call["arguments"])
+                s.emit("tool_result", step=step, id=call["id"], name=call["name"], result=result)
+                scratch.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                calls.append({**call, "result": result})
+        s.emit("step_limit", steps=self.max_steps)
+        text = (f"(stopped after {self.max_steps} model calls without a final answer; "
+                "raise max_steps or ask more narrowly)")
+        reply = self._finish(text, step, calls)
+        reply.stopped = True
+        return reply
+
+    def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
+        if text.strip():
+            self.session.append("assistant", text, role="assistant")
+        return Reply(text, steps, calls)
+
+    def _fail(self, step: int, calls: list[dict], error: str) -> Reply:
+        self.session.emit("model_error", step=step, error=error)
+        return Reply(f"(no answer: {error}; your message is saved)", step, calls, error=error)

@@ -1,0 +1,171 @@
+"""Model calls through litellm: imported once, lazily, and quietly.
+
+`import litellm` costs seconds and, unconfigured, fetches a price map from the network and
+prints to stdout (which would corrupt an MCP stdio stream). So it is imported only on the
+paths that call a model, with the local price map and debug output off, optionally in a
+background thread while the REPL waits for the first message. pager's own providers
+(`pager/offline`, `pager/script`) are registered as litellm custom providers, so offline and
+scripted sessions run through exactly the same loop as real ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import ConfigError, ModelError
+
+DEFAULT_WINDOW = 128_000  # context window assumed for models litellm does not know
+OFFLINE = "pager/offline"
+
+_lock = threading.Lock()
+_module = None
+_providers: dict[str, object] = {}
+
+
+def litellm():
+    """The litellm module, imported once with the network price fetch and stdout chatter off."""
+    global _module
+    with _lock:
+        if _module is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm as module
+
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            module.suppress_debug_info = True
+            module.set_verbose = False
+            module.telemetry = False
+            module.custom_provider_map = [{"provider": "pager", "custom_handler": _Router()}]
+            _module = module
+    return _module
+
+
+def preload() -> threading.Thread:
+    """Start importing litellm in the background (the REPL does this while the user types)."""
+    thread = threading.Thread(target=litellm, daemon=True)
+    thread.start()
+    return thread
+
+
+def register(name: str, handler) -> None:
+    """Serve model `pager/<name>` with handler(messages, tools) -> dict reply (see offline.py)."""
+    _providers[name] = handler
+
+
+def _router_class():
+    from litellm import CustomLLM, ModelResponse
+
+    class Router(CustomLLM):
+        def completion(self, model, messages, *args, optional_params=None, **kwargs):
+            name = model.split("/", 1)[-1]
+            handler = _providers.get(name)
+            if handler is None:
+                raise ConfigError(f"no pager model {name!r}; use pager/offline or set --model to a provider's model")
+            tools = (optional_params or {}).get("tools") or []
+            reply = handler(messages, tools)
+            finish = "tool_calls" if reply.get("tool_calls") else "stop"
+            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", **reply}, "finish_reason": finish}])
+
+    return Router
+
+
+class _Router:
+    """Defers building the CustomLLM subclass until litellm is imported."""
+
+    def __new__(cls):
+        return _router_class()()
+
+
+@dataclass
+class ModelReply:
+    text: str
+    tool_calls: list[dict] = field(default_factory=list)   # [{"id", "name", "arguments"}]
+    usage: dict = field(default_factory=dict)
+    retries: int = 0
+
+
+class ContextOverflow(Exception):
+    """The provider said the prompt is longer than the model's window."""
+
+
+class LiteLLMModel:
+    """One model string, with retries for transient provider errors."""
+
+    def __init__(self, name: str, output_tokens: int = 1024, attempts: int = 5, backoff: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep, timeout: float = 120.0) -> None:
+        self.name = name
+        self.output_tokens = output_tokens
+        self.attempts, self.backoff, self.sleep, self.timeout = attempts, backoff, sleep, timeout
+
+    @property
+    def offline(self) -> bool:
+        return self.name.startswith("pager/")
+
+    def check(self) -> None:
+        """Fail early, in one line, when the provider's key is missing."""
+        if self.offline:
+            return
+        try:
+            env = litellm().validate_environment(model=self.name)
+        except Exception:  # noqa: BLE001 - an unknown provider: let the first call say what is wrong
+            return
+        missing = env.get("missing_keys") or []
+        if missing:
+            raise ModelError(f"model {self.name} needs {', '.join(missing)} in the environment; set it, or run "
+                             "without --model for the offline memory shell")
+
+    def window(self) -> int:
+        """The model's input window; a default for models litellm does not know."""
+        if self.offline:
+            return DEFAULT_WINDOW
+        try:
+            info = litellm().get_model_info(self.name)
+            return int(info.get("max_input_tokens") or info.get("max_tokens") or DEFAULT_WINDOW)
+        except Exception:  # noqa: BLE001 - ModelNotMappedError and friends
+            return DEFAULT_WINDOW
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> ModelReply:
+        lib = litellm()
+        transient = (lib.RateLimitError, lib.Timeout, lib.APIConnectionError, lib.InternalServerError,
+                     lib.ServiceUnavailableError, lib.BadGatewayError)
+        for attempt in range(self.attempts):
+            try:
+                response = lib.completion(model=self.name, messages=messages, tools=tools or None,
+                                          max_tokens=self.output_tokens, timeout=self.timeout)
+                return _reply(response, attempt)
+            except lib.ContextWindowExceededError as exc:
+                raise ContextOverflow(str(exc)) from exc
+            except lib.AuthenticationError as exc:
+                raise ModelError(f"{self.name}: the provider refused the API key ({_short(exc)}); check the key "
+                                 "variable for this provider") from exc
+            except lib.NotFoundError as exc:
+                raise ModelError(f"{self.name}: model not found ({_short(exc)}); check --model") from exc
+            except transient as exc:
+                if attempt == self.attempts - 1:
+                    raise ModelError(f"{self.name}: still failing after {self.attempts} tries ({_short(exc)}); "
+                                     "try again later") from exc
+                self.sleep(self.backoff * 2**attempt)
+            except lib.BadRequestError as exc:
+                raise ModelError(f"{self.name}: the provider rejected the request ({_short(exc)})") from exc
+        raise AssertionError("unreachable")
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) < 200 else text[:199] + "…"
+
+
+def _reply(response, retries: int) -> ModelReply:
+    message = response.choices[0].message
+    calls = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        calls.append({"id": call.id or f"call_{i}", "name": call.function.name,
+                      "arguments": call.function.arguments or ""})
+    usage = getattr(response, "usage", None)
+    usage = {"prompt": getattr(usage, "prompt_tokens", 0), "completion": getattr(usage, "completion_tokens", 0)} if usage else {}
+    return ModelReply(message.content or "", calls, usage, retries)

@@ -1,0 +1,98 @@
+"""Models that need no network: the offline memory shell, and scripted replies for tests.
+
+The offline shell is not a pretend LLM. It is a deterministic responder that uses the same
+tools a model would: when a message refers back to earlier things it calls `search`, then
+`page_in` for the best page on disk, then answers by quoting the most relevant line of a
+resident page with its page id and date. Anything else is acknowledged and remembered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+
+from .search import terms
+
+BACK_REFERENCE = re.compile(
+    r"\?|\b(remember|recall|earlier|before|last (?:time|week|month|year)|ago|previous|again|did (?:i|we|you)|"
+    r"what (?:did|was|were|is|are)|when (?:did|was|is)|who (?:is|was)|where (?:did|is|was)|which|how (?:much|many))\b",
+    re.I,
+)
+_BLOCK = re.compile(r"^\[(p\d+)(?: · ([^·\]]+))?[^\]]*\]\n((?:(?!\n\[p\d+).)*)", re.S | re.M)
+_RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
+
+
+class OfflineShell:
+    """handler(messages, tools) → reply dict, as registered with pager.llm.register."""
+
+    def __call__(self, messages: list[dict], tools: list[dict]) -> dict:
+        question = _last_user(messages)
+        exchanges = _this_turn(messages)
+        names = {t["function"]["name"] for t in tools}
+        if not exchanges and BACK_REFERENCE.search(question) and "search" in names:
+            return _call("search", {"query": question, "k": 3}, 1)
+        if len(exchanges) == 1 and exchanges[0][0] == "search" and "page_in" in names:
+            found = _RESULT.findall(exchanges[0][1])
+            on_disk = [pid for pid, where in found[:2] if where == "on disk"]
+            if on_disk:
+                return _call("page_in", {"page": on_disk[0]}, 2)
+        if not exchanges and not BACK_REFERENCE.search(question):
+            return {"content": "Noted — it's in memory. (offline memory shell: no LLM configured; "
+                               "set --model or PAGER_MODEL for real answers)"}
+        return {"content": self.answer(question, messages[0].get("content") or "")}
+
+    def answer(self, question: str, system: str) -> str:
+        wanted = set(terms(question))
+        best = (0.0, "", "", "")
+        for page, date, body in _BLOCK.findall(system):
+            for line in body.strip().splitlines():
+                have = set(terms(line))
+                score = len(wanted & have) / (1 + 0.05 * len(have))
+                if score > best[0]:
+                    best = (score, page, date.strip(), line.strip())
+        if not best[0]:
+            return "I find nothing about that in memory. (offline memory shell: no LLM configured)"
+        _, page, date, line = best
+        return f"From {page}{' (' + date + ')' if date else ''}: “{line}”"
+
+
+def _last_user(messages: list[dict]) -> str:
+    return next((m.get("content") or "" for m in reversed(messages) if m["role"] == "user"), "")
+
+
+def _this_turn(messages: list[dict]) -> list[tuple[str, str]]:
+    """(tool name, result) of the tool calls since the last user message."""
+    start = max(i for i, m in enumerate(messages) if m["role"] == "user") if any(m["role"] == "user" for m in messages) else 0
+    names: dict[str, str] = {}
+    out = []
+    for m in messages[start:]:
+        for call in m.get("tool_calls") or []:
+            names[call["id"]] = call["function"]["name"]
+        if m["role"] == "tool":
+            out.append((names.get(m.get("tool_call_id"), "?"), m.get("content") or ""))
+    return out
+
+
+def _call(name: str, arguments: dict, step: int) -> dict:
+    return {"content": None, "tool_calls": [{"id": f"call_{step}_{name}", "type": "function",
+                                             "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+class Script:
+    """Replies in order, as recorded: each a dict {"content": …, "tool_calls": [...]} or an exception to raise."""
+
+    def __init__(self, replies=()) -> None:
+        self.replies = deque(replies)
+        self.seen: list[list[dict]] = []
+
+    def __call__(self, messages: list[dict], tools: list[dict]) -> dict:
+        self.seen.append(messages)
+        if not self.replies:
+            return {"content": "(script exhausted)"}
+        reply = self.replies.popleft()
+        if isinstance(reply, BaseException):
+            raise reply
+        if callable(reply):
+            return reply(messages, tools)
+        return reply

@@ -1,0 +1,117 @@
+"""Running tool calls: parse, validate, call, and always answer with text.
+
+A malformed call (invalid JSON, a missing or mistyped argument, an unknown tool, a page
+that does not exist) is answered with a sentence saying what to do instead; a known
+failure of pager (PagerError) likewise. Nothing a model sends can end a session.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from typing import Callable, get_args, get_origin, get_type_hints
+
+from pager.errors import PagerError
+
+from .functions import AGENT_TOOLS, MODEL_TOOLS
+from .schema import schema_of
+
+MAX_ARGUMENT_CHARS = 100_000
+
+
+class Dispatcher:
+    """Tools by name, their schemas, and a call that never raises."""
+
+    def __init__(self, functions: tuple[Callable, ...] = MODEL_TOOLS) -> None:
+        self.functions = {fn.__name__: fn for fn in functions}
+        self._schemas = [schema_of(fn) for fn in functions]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.functions)
+
+    def schemas(self) -> list[dict]:
+        return json.loads(json.dumps(self._schemas))
+
+    def call(self, session, name: str, arguments: str | dict | None) -> str:
+        fn = self.functions.get(name)
+        if fn is None:
+            return f"unknown tool {name!r}; the tools are: {', '.join(self.functions)}"
+        try:
+            kwargs = self._arguments(fn, arguments)
+        except ValueError as exc:
+            return f"{name}: {exc}"
+        try:
+            return fn(session, **kwargs)
+        except PagerError as exc:
+            return f"{name}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the model must get an answer, and the session must go on
+            return f"{name} failed inside pager ({type(exc).__name__}: {exc}); try again differently"
+
+    def _arguments(self, fn: Callable, arguments) -> dict:
+        if arguments is None or arguments == "":
+            arguments = {}
+        if isinstance(arguments, str):
+            if len(arguments) > MAX_ARGUMENT_CHARS:
+                raise ValueError(f"arguments of {len(arguments):,} characters are too long (limit {MAX_ARGUMENT_CHARS:,})")
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"arguments are not valid JSON ({exc.msg} at {exc.pos}); send a JSON object") from None
+        if not isinstance(arguments, dict):
+            raise ValueError("arguments must be a JSON object of named parameters")
+        hints = get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        known = {p.name for p in params}
+        unknown = set(arguments) - known
+        if unknown:
+            raise ValueError(f"unknown argument(s) {', '.join(sorted(unknown))}; expected {', '.join(p.name for p in params)}")
+        out = {}
+        for p in params:
+            if p.name not in arguments:
+                if p.default is inspect.Parameter.empty:
+                    raise ValueError(f"missing required argument {p.name!r}")
+                continue
+            out[p.name] = _coerce(p.name, arguments[p.name], hints[p.name])
+        return out
+
+
+def _coerce(name: str, value, hint):
+    """Accept what a model plausibly meant ("5" for 5, "p3" for ["p3"]); refuse the rest clearly."""
+    origin = get_origin(hint)
+    if origin in (typing.Union,):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+        origin = get_origin(hint)
+    if origin is list:
+        (item,) = get_args(hint)
+        if isinstance(value, (str, int)):
+            value = [value]
+        if not isinstance(value, list):
+            raise ValueError(f"{name} must be a list")
+        return [_coerce(name, v, item) for v in value]
+    if hint is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string")
+        if "\x00" in value:
+            raise ValueError(f"{name} contains a NUL character")
+        return value
+    if hint is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{name} must be a whole number")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if hint is bool and isinstance(value, bool):
+        return value
+    raise ValueError(f"{name} has the wrong type")
+
+
+MODEL = Dispatcher(MODEL_TOOLS)
+AGENT = Dispatcher(AGENT_TOOLS)

@@ -1,0 +1,163 @@
+"""The tools a model uses to page its own memory. Each is a typed function whose docstring
+is written for the model; its schema is derived (tools/schema.py). Every tool returns text:
+a mistake of the model comes back as text it can act on, never as an exception.
+
+The first parameter is the session, injected by the dispatcher.
+"""
+
+from __future__ import annotations
+
+from pager.errors import PagerError
+from pager.page import parse_page_id
+from pager.session import Session
+
+SNIPPET_CHARS = 160
+
+
+def _ids(session: Session, ns) -> str:
+    return ", ".join(f"p{n}" for n in ns)
+
+
+def search(session: Session, query: str, k: int = 5) -> str:
+    """Search all of this conversation's memory, resident or on disk. Returns page ids with
+    their date, bookmarks and a one-line snippet of the best match, not whole pages; call
+    page_in with an id to read a page.
+
+    Args:
+        query: words, names, numbers or dates to look for
+        k: how many pages to return (1-20)
+    """
+    k = max(1, min(int(k), 20))
+    hits = session.search(query, k=k)
+    if not hits:
+        return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
+    lines = [f"{len(hits)} page(s) for {query!r}:"]
+    for hit in hits:
+        page = session.pages[hit.n]
+        where = "resident" if session.table[hit.n].resident else "on disk"
+        marks = ", ".join(session.directory.keywords(hit.n)[:4])
+        lines.append(f"- p{hit.n} ({page.date_first}, {where}, score {hit.score:.2f}"
+                     f"{', bookmarks: ' + marks if marks else ''}): {session.snippet(hit, SNIPPET_CHARS)}")
+    return "\n".join(lines)
+
+
+def page_in(session: Session, page: str) -> str:
+    """Load a page into memory so its full text is in your context from the next step on.
+    Give a page id such as "p42", or a bookmark keyword from the memory map (the best
+    matching page for that keyword is loaded).
+
+    Args:
+        page: a page id like "p42", or a bookmark keyword
+    """
+    target = page.strip()
+    if not target:
+        return "page_in needs a page id like 'p42' or a bookmark keyword"
+    try:
+        numbers = [session.resolve(target)]
+    except PagerError as exc:
+        if parse_page_id(target) is not None:
+            return f"{exc}; call search to find the right page"
+        found = sorted(session.directory.lookup(target), reverse=True)
+        if not found:
+            hits = session.search(target, k=1, record=False)
+            if not hits:
+                return f"no page is called or bookmarked {target!r}; call search first to find page ids"
+            found = [hits[0].n]
+        numbers = found[:3]
+    moved = []
+    for n in numbers:
+        if n == session.tail_n:
+            moved.append(f"p{n} is the current page and always resident")
+            continue
+        session.table[n].relevance = max(session.table[n].relevance, 10.0)  # asked for by name: kept longest
+        faulted = session.fault(n, "tool")
+        moved.append(f"p{n} {'paged in' if faulted else 'was already resident'}")
+    return "; ".join(moved) + ". Its text is in your context from the next step."
+
+
+def page_out(session: Session, page_id: str) -> str:
+    """Evict a page you no longer need, freeing its frame. Nothing is lost: it stays on disk
+    with its bookmarks and can be paged in again.
+
+    Args:
+        page_id: the page to evict, like "p42"
+    """
+    n = session.resolve(page_id)
+    if not session.table[n].resident:
+        return f"p{n} is not resident; nothing to do"
+    session.page_out(n)
+    return f"p{n} paged out; {session.frames.count - session.frames.used()} frame(s) free"
+
+
+def bookmark(session: Session, page_ids: list[str], keywords: list[str], note: str = "") -> str:
+    """Bookmark pages under keywords so they can be found again by keyword (page_in or
+    search), with an optional short note saying why they matter.
+
+    Args:
+        page_ids: the pages, like ["p12", "p13"]
+        keywords: one or more keywords or short phrases
+        note: why these pages matter, in a few words
+    """
+    if not page_ids:
+        return "bookmark needs at least one page id"
+    mark = session.bookmark(page_ids, keywords, note[:500])
+    return f"bookmarked {_ids(session, mark.pages)} as {', '.join(mark.keywords)}"
+
+
+def pin(session: Session, page_id: str) -> str:
+    """Keep a page resident until unpinned: for core facts (a name, an allergy, a deadline).
+    Pinned pages use frames, so pin sparingly.
+
+    Args:
+        page_id: the page to pin, like "p3"
+    """
+    n = session.resolve(page_id)
+    session.pin(n)
+    return f"p{n} pinned; {session.pinned_count()} page(s) pinned of {session.frames.count} frames"
+
+
+def unpin(session: Session, page_id: str) -> str:
+    """Let a pinned page be evicted again when memory is needed.
+
+    Args:
+        page_id: the page to unpin, like "p3"
+    """
+    n = session.resolve(page_id)
+    if not session.table[n].pinned:
+        return f"p{n} was not pinned"
+    session.unpin(n)
+    return f"p{n} unpinned"
+
+
+def remember(session: Session, text: str, role: str = "user", speaker: str = "") -> str:
+    """Append a message to memory (durable before this returns). For agents that keep their
+    own conversation and use pager as its memory.
+
+    Args:
+        text: the message
+        role: "user" or "assistant"
+        speaker: a name to show instead of the role
+    """
+    if role not in ("user", "assistant"):
+        return "role must be 'user' or 'assistant'"
+    turn = session.append(speaker or role, text, role=role)
+    return f"remembered as turn {turn.turn} on p{session.tail_n}"
+
+
+def context(session: Session, query: str = "", budget: int = 4096) -> str:
+    """The memory block for your own prompt: the memory map and the resident pages, paged
+    for the query and never longer than budget tokens.
+
+    Args:
+        query: what the next step is about (pages it needs are paged in first); may be empty
+        budget: the most tokens the block may take (256-200000)
+    """
+    from pager.context import build
+
+    budget = max(256, min(int(budget), 200_000))
+    ctx = build(session, message=query, budget=budget, chat=False)
+    return ctx.memory
+
+
+MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin)
+AGENT_TOOLS = MODEL_TOOLS + (remember, context)
