@@ -15,7 +15,7 @@ from collections import deque
 from .search import terms
 
 BACK_REFERENCE = re.compile(
-    r"\?|\b(remember|recall|earlier|before|last (?:time|week|month|year)|ago|previous|again|did (?:i|we|you)|"
+    r"\?|\b(do you remember|remind me|recall|earlier|last (?:time|week|month|year)|ago|previous|did (?:i|we|you)|"
     r"what (?:did|was|were|is|are)|when (?:did|was|is)|who (?:is|was)|where (?:did|is|was)|which|how (?:much|many))\b",
     re.I,
 )

@@ -112,7 +112,9 @@ def test_chat_through_clirunner(tmp_path):
                            input="Remember: the boat is called Saltire.\nWhat is the boat called?\n/frames\n/quit\n",
                            env={"PAGER_EMBEDDER": "hash"})
     assert result.exit_code == 0, result.output
-    assert "Saltire" in result.output.split("What is the boat called?")[1]
+    answer = result.output.split("What is the boat called?")[-1]
+    assert "Saltire" in answer and "From p1" in answer
+    assert "Noted" in result.output.split("What is the boat called?")[0]  # a statement is acknowledged
     assert "frames of session 'x'" in result.output
 
 
