@@ -8,7 +8,7 @@ from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.store import MemoryStore
 
-words = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=300)
+words = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=300).filter(str.strip)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
