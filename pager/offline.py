@@ -40,21 +40,30 @@ class OfflineShell:
         if not exchanges and not BACK_REFERENCE.search(question):
             return {"content": "Noted — it's in memory. (offline memory shell: no LLM configured; "
                                "set --model or PAGER_MODEL for real answers)"}
-        return {"content": self.answer(question, messages[0].get("content") or "")}
+        ranked = [pid for pid, _ in _RESULT.findall(exchanges[0][1])] if exchanges else []
+        return {"content": self.answer(question, messages[0].get("content") or "", ranked)}
 
-    def answer(self, question: str, system: str) -> str:
+    def answer(self, question: str, system: str, ranked: list[str] = ()) -> str:
+        """Quote the best-matching line of the resident pages, and a runner-up from another page."""
         wanted = set(terms(question))
-        best = (0.0, "", "", "")
+        scored = []
         for page, date, body in _BLOCK.findall(system):
+            bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():
                 have = set(terms(line))
-                score = len(wanted & have) / (1 + 0.05 * len(have))
-                if score > best[0]:
-                    best = (score, page, date.strip(), line.strip())
-        if not best[0]:
+                overlap = len(wanted & have)
+                if overlap:
+                    scored.append((overlap / (1 + 0.05 * len(have)) + bonus, page, date.strip(), line.strip()))
+        if not scored:
             return "I find nothing about that in memory. (offline memory shell: no LLM configured)"
-        _, page, date, line = best
-        return f"From {page}{' (' + date + ')' if date else ''}: “{line}”"
+        scored.sort(key=lambda x: -x[0])
+        best = scored[0]
+        quotes = [best]
+        runner = next((x for x in scored[1:] if x[1] != best[1] and x[0] >= 0.6 * best[0]), None)
+        if runner:
+            quotes.append(runner)
+        text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
+        return text[0].upper() + text[1:]
 
 
 def _last_user(messages: list[dict]) -> str:
