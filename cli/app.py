@@ -210,6 +210,85 @@ def search(
         Console().print(table if rows else f"no page of session {s.name!r} matches {query!r}")
 
 
+@command()
+def replay(
+    trace: Path = typer.Argument(..., help="a trace (JSONL) written by pager chat, the toolkit or pager bench trace"),
+    check: bool = typer.Option(False, "--check", help="compare with the recording; exit 1 at the first divergence"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="replay under another policy, or 'all' to compare"),
+) -> None:
+    """Re-run a session from its trace; compare with the recording or try other eviction policies."""
+    from rich.console import Console
+
+    from pager import replay as rp
+    from pager.config import POLICIES
+
+    console = Console(highlight=False)
+    if check:
+        run = rp.replay(trace, check=True)
+        if run.divergence:
+            typer.echo(run.divergence.describe())
+            raise typer.Exit(1)
+        console.print(f"ok: {len(run.recorded)} recorded events reproduced exactly "
+                      f"({run.faults} faults, {run.count('evict')} evictions, {len(run.digests)} model calls)")
+        return
+    if policy not in (None, "all") and policy not in POLICIES:
+        raise PagerError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)} or all")
+    start, _ = rp.load(trace)
+    names = list(POLICIES) if policy == "all" else [policy or start["policy"]]
+    console.print(rp.policy_table([rp.replay(trace, policy=name) for name in names], start["policy"], trace))
+
+
+trace_app = typer.Typer(no_args_is_help=True, help="Look inside a trace.")
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("show")
+@handles_errors
+def trace_show(
+    trace: Path = typer.Argument(..., help="a trace (JSONL)"),
+    step: Optional[int] = typer.Option(None, "--step", help="show the context of the N-th model call"),
+    html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML timeline here"),
+) -> None:
+    """The context window as the model saw it, or a timeline of faults and evictions."""
+    from rich.console import Console
+
+    from pager import replay as rp
+    from pager import views
+
+    console = Console(highlight=False)
+    if html:
+        from pager.timeline import write
+
+        timeline = write(trace, html)
+        console.print(f"wrote {html}: {len(timeline.columns)} model calls, {len(timeline.pages)} pages")
+        return
+    if step is None:
+        console.print(rp.summary(trace))
+        return
+    shown = []
+
+    def at(i, ctx, session, events):
+        if i == step:
+            console.rule(f"model call {i} of {trace.name}")
+            console.print(views.frame_strip(session))
+            console.print(views.frame_table(session))
+            t = ctx.tokens
+            console.print(f"tokens: prefix {t['prefix']} · memory map {t['map']} · pages {t['pages']} · message "
+                          f"{t['message']} · tool exchanges {t['scratch']} · total {t['total']} of {ctx.budget}")
+            console.rule("memory map")
+            console.print(ctx.memory.split("\n\n[p")[0], markup=False)
+            console.rule("pages in the context, in conversation order")
+            console.print(", ".join(f"p{n}" for n in ctx.pages))
+            console.rule("message")
+            console.print(ctx.message, markup=False)
+            shown.append(i)
+            raise rp.Stop
+
+    rp.replay(trace, on_context=at)
+    if not shown:
+        raise PagerError(f"{trace} has fewer than {step} model calls; see `pager trace show {trace}`")
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale.")
 app.add_typer(bench_app, name="bench")
 
@@ -246,6 +325,31 @@ def bench_locomo(
     if plot:
         locomo.plot(report, plot)
         console.print(f"wrote {plot}")
+
+
+@bench_app.command("trace")
+@handles_errors
+def bench_trace(
+    data: Path = typer.Option(..., "--data", help="LoCoMo JSON"),
+    conversation: str = typer.Option(..., "--conversation", help="sample id, e.g. conv-26"),
+    out: Path = typer.Option(..., "--out", help="where to write the trace"),
+    budget: int = typer.Option(4096, "--budget"),
+    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions"),
+) -> None:
+    """Record a trace: one LoCoMo conversation ingested, then its questions asked to the offline agent."""
+    from pager.bench.record import record
+    from pager.config import Config
+    from pager.formats import parse_locomo
+
+    found = {c.sample_id: c for c in parse_locomo(data)}
+    if conversation not in found:
+        raise PagerError(f"no conversation {conversation!r} in {data}; it has {', '.join(found)}")
+    conv = found[conversation]
+    asked = [q.question for q in conv.questions if q.category in (1, 2, 3, 4)][:questions]
+    counters = record(out, conv.messages, asked, Config.load(budget=budget, session=conversation),
+                      f"LoCoMo {conversation}: {len(conv.messages)} turns ingested, {len(asked)} questions asked to "
+                      "the offline memory shell (no LLM)")
+    typer.echo(f"wrote {out}: {len(asked)} questions, {counters['faults']} faults, {counters['evictions']} evictions")
 
 
 def main() -> None:

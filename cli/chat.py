@@ -22,7 +22,7 @@ from pager.home import Home
 from pager.llm import OFFLINE, LiteLLMModel, preload, register
 from pager.offline import OfflineShell
 from pager.session import Session
-from pager.trace import Event, TraceWriter
+from pager.trace import Event, TraceWriter, begin
 
 HELP = """commands:
   /frames          the frame map: which page is in which frame, tokens, flags
@@ -109,19 +109,14 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
         printer = StepPrinter(console)
         session.events.listeners.append(printer)
         model_name = config.model or OFFLINE
-        session.emit("session_start", session=session.name, user=session.user, model=model_name, budget=config.budget,
-                     page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=config.encoding,
-                     resumed_turns=session.turn_count, config={"map_tokens": config.map_reserve,
-                                                               "autopage_share": config.autopage_share,
-                                                               "readahead": config.readahead,
-                                                               "max_steps": config.max_steps})
         try:
-            _banner(console, session, config, model_name, writer.path)
             loading.join()
             register("offline", OfflineShell())
             model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
             model.check()
             agent = Agent(session, model, speaker=config.user or "user")
+            begin(session, model_name, agent.budget)
+            _banner(console, session, config, model_name, writer.path, agent.budget)
             for line in lines_from(stream, interactive, home):
                 line = line.strip()
                 if not line:
@@ -129,6 +124,7 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
                 if not interactive:
                     console.print(f"[bold]you>[/] {line}", highlight=False)
                 if line.startswith("/"):
+                    session.emit("command", line=line)
                     if _command(line, session, printer, console) == "quit":
                         break
                     continue
@@ -139,7 +135,7 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
             writer.close()
 
 
-def _banner(console: Console, session: Session, config: Config, model_name: str, trace) -> None:
+def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int) -> None:
     console.rule(f"pager chat · session {session.name!r}")
     if model_name == OFFLINE:
         console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
@@ -147,7 +143,8 @@ def _banner(console: Console, session: Session, config: Config, model_name: str,
     else:
         console.print(f"model {model_name}")
     state = f"resumed with {session.turn_count} turns, {len(session.pages)} pages" if session.turn_count else "new session"
-    console.print(f"{state} · budget {config.budget} tokens · {session.page_tokens}-token pages · "
+    lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
+    console.print(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
                   f"policy {session.policy.name} · trace {trace}")
     console.print("type a message, or /help\n")
 

@@ -42,13 +42,15 @@ class Agent:
         self.tool_tokens = session.tokenizer.count(json.dumps(self.tools, separators=(",", ":")))
         window = model.window() - model.output_tokens
         self.budget = min(cfg.budget, window) if window > 0 else cfg.budget
-        if self.budget < cfg.budget:
-            session.emit("notice", text=f"budget lowered from {cfg.budget} to {self.budget} to fit {model.name}'s window")
+        self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
+        self._ts = 0.0
 
     def ask(self, text: str) -> Reply:
         s = self.session
-        turn = s.append(self.speaker, text, role="user")
-        s.emit("user", turn=turn.turn, text=text, ts=turn.ts, speaker=turn.speaker)
+        ts = s.clock()
+        s.emit("user", text=text, ts=ts, speaker=self.speaker)
+        turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent")
+        self._ts = ts
         scratch: list[dict] = []
         calls: list[dict] = []
         budget = self.budget
@@ -62,6 +64,7 @@ class Agent:
                 return self._fail(step, calls, f"the prompt no longer fits the budget ({exc})")
             s.emit("model_request", step=step, digest=ctx.digest, tokens=ctx.tokens, frames=ctx.frames,
                    pages=[f"p{n}" for n in ctx.pages])
+            self.on_context(ctx)
             try:
                 reply = self.model.complete(ctx.messages() + scratch, self.tools)
             except ContextOverflow as exc:
@@ -94,7 +97,7 @@ class Agent:
 
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():
-            self.session.append("assistant", text, role="assistant")
+            self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent")
         return Reply(text, steps, calls)
 
     def _fail(self, step: int, calls: list[dict], error: str) -> Reply:

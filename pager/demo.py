@@ -45,7 +45,10 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
                       f"everything else lives on disk (LanceDB in {folder}).\n")
         _ingest(session, messages, console)
         results = _ask(session, QUESTIONS, console)
-        _report(session, home, results, console, time.perf_counter() - started)
+        _report(session, home, results, console)
+        _replay(console)
+        console.print(f"\nWall time {time.perf_counter() - started:.1f} s. Next: `pager chat`, `pager ingest FILE`, "
+                      "`pager inspect`, `pager replay TRACE --policy all`, `pager --help`.")
         return {"found": sum(r[2] for r in results), "asked": len(results), **session.stats()}
 
 
@@ -93,7 +96,7 @@ def _ask(session, questions, console: Console) -> list[tuple[str, list[str], boo
     return results
 
 
-def _report(session, home: Home, results, console: Console, elapsed: float) -> None:
+def _report(session, home: Home, results, console: Console) -> None:
     console.print("[bold]3. Report[/]")
     stats = session.stats()
     home.flush()
@@ -103,6 +106,18 @@ def _report(session, home: Home, results, console: Console, elapsed: float) -> N
     table.add_row("faults / hits / evictions", f"{stats['faults']} / {stats['hits']} / {stats['evictions']}")
     table.add_row("turns accepted / on disk", f"{stats['turns']} / {on_disk} (eviction never drops a page)")
     table.add_row("pages on disk / frames", f"{stats['pages']} / {stats['frames']}")
-    table.add_row("wall time", f"{elapsed:.1f} s")
     console.print(table)
-    console.print("\nNext: `pager ingest FILE`, `pager inspect`, `pager --help`.")
+
+
+def _replay(console: Console) -> None:
+    from . import replay as rp
+
+    trace = Path(str(resources.files("pager.data").joinpath("demo_trace.jsonl")))
+    console.print("\n[bold]4. Replay[/] — a bundled trace of this conversation with the offline agent is re-run "
+                  "through the live engine and compared event by event, then re-run under each policy:")
+    run = rp.replay(trace, check=True)
+    verdict = "[green]reproduced exactly[/]" if run.divergence is None else f"[red]{run.divergence.describe()}[/]"
+    console.print(f"  {len(run.recorded)} recorded events {verdict}")
+    start, _ = rp.load(trace)
+    console.print(rp.policy_table([run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")],
+                                  start["policy"], trace))

@@ -97,3 +97,19 @@ def read_trace(path: Path) -> Iterator[dict]:
         if obj.get("v", TRACE_VERSION) > TRACE_VERSION:
             raise InputError(f"{path}:{number}: trace v{obj['v']} is newer than this pager; upgrade pager")
         yield obj
+
+
+def begin(session, model: str, budget: int) -> None:
+    """Open a session's trace: its settings, and for a resumed session the turns and paging
+    state it starts from, so that replay needs nothing but the trace."""
+    cfg = session.home.config
+    session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget,
+                 page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
+                 embedder=cfg.embedder, resumed_turns=session.turn_count,
+                 config={"map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
+                         "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens})
+    if session.turn_count:
+        session.home.flush()
+        turns = session.home.store.turns(session.user, session.name)
+        session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
+                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state())

@@ -140,7 +140,7 @@ def remember(session: Session, text: str, role: str = "user", speaker: str = "")
     """
     if role not in ("user", "assistant"):
         return "role must be 'user' or 'assistant'"
-    turn = session.append(speaker or role, text, role=role)
+    turn = session.append(speaker or role, text, role=role, origin="tool")
     return f"remembered as turn {turn.turn} on p{session.tail_n}"
 
 

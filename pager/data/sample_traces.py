@@ -1,0 +1,93 @@
+"""Writes the sample traces in traces/ and the demo's bundled trace (pager/data/demo_trace.jsonl).
+
+Each trace pins one behaviour and opens with a note saying which. No real model was involved
+in any of them: replies come from the offline memory shell or from a script, as each note
+says. `python -m pager.data.sample_traces [FOLDER]` rewrites them; the tests replay every one
+with --check, so a change in the engine that alters a paging decision shows up there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..bench.record import record
+from ..config import Config
+from ..formats import parse_jsonl
+from ..llm import LiteLLMModel, register
+from ..offline import Script
+from .demo_script import QUESTIONS
+
+HERE = Path(__file__).parent
+
+
+def conversation() -> list[dict]:
+    return parse_jsonl(HERE / "demo_conversation.jsonl", "demo")["demo"]
+
+
+def _call(name: str, arguments: str, id: str) -> dict:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def make(folder: Path) -> dict[str, dict]:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    talk = conversation()
+    out = {}
+    out["eviction_under_pressure"] = record(
+        folder / "eviction_under_pressure.jsonl", talk, ["What did we decide about the sync engine?"],
+        Config(budget=1536, session="pressure"),
+        "Eviction under pressure: 390 turns pass through a 1536-token prompt (5 frames), so sealing pages "
+        "evicts by CLOCK all along; the question then faults the sync-engine pages in, evicting others, and "
+        "the memory map carries the pressure notice. Replies: the offline memory shell (no LLM).")
+    out["fault_after_long_gap"] = record(
+        folder / "fault_after_long_gap.jsonl", talk, ["Sam is joining the team dinner. Anything the restaurant should know?"],
+        Config(budget=3072, session="gap"),
+        "A fault after a long gap: the allergy is said in week 3, then 370 turns go by; the question faults "
+        "that page (p5) back in by automatic paging and the shell quotes it. Replies: the offline memory "
+        "shell (no LLM).")
+
+    def pin_first_fact(session, agent) -> None:
+        session.emit("command", line="/pin p3")  # as the REPL records a slash command
+        session.pin(3)
+        more = [{"speaker": "Maya", "text": f"Another busy day, item {i}: reviews, standup, deploys."} for i in range(120)]
+        session.append_many(more)
+
+    out["pinned_fact_survives"] = record(
+        folder / "pinned_fact_survives.jsonl", talk[:30], ["What is my name again?", "Where is the offsite?"],
+        Config(budget=1536, session="pinned"),
+        "A pinned fact survives: p3 (Maya's name and role) is pinned with /pin, then 120 more turns and two "
+        "questions churn the frames; p3 is never evicted. Replies: the offline memory shell (no LLM).",
+        setup=pin_first_fact)
+    register("script", Script([
+        {"content": None, "tool_calls": [_call("page_in", "{page: p5", "c1")]},
+        {"content": None, "tool_calls": [_call("page_in", '{"page": "p4040"}', "c2"),
+                                         _call("format_disk", "{}", "c3")]},
+        {"content": None, "tool_calls": [_call("search", '{"query": "peanut allergy", "k": "three"}', "c4")]},
+        {"content": None, "tool_calls": [_call("search", '{"query": "peanut allergy"}', "c5")]},
+        {"content": "Sam Okafor has a severe peanut allergy (p5)."},
+    ]))
+    out["malformed_tool_call"] = record(
+        folder / "malformed_tool_call.jsonl", talk, ["Does anyone on the team have an allergy?"],
+        Config(budget=3072, session="malformed"),
+        "Malformed tool calls: a scripted model (recorded replies, no LLM) sends invalid JSON, a page that "
+        "does not exist, an unknown tool and a mistyped argument; each comes back as a tool result saying "
+        "what to do instead, and the session goes on to an answer.",
+        model=LiteLLMModel("pager/script"))
+    questions = [q for q, _ in QUESTIONS] + [QUESTIONS[0][0], QUESTIONS[2][0], "What else happened with the sync engine?"]
+    out["clock_vs_lru"] = record(
+        folder / "clock_vs_lru.jsonl", talk, questions, Config(budget=2048, session="policies"),
+        "CLOCK and LRU differ: nine questions revisit earlier topics, so pages come back while others are "
+        "used once; `pager replay --policy all` shows different faults per policy, each against OPT. "
+        "Replies: the offline memory shell (no LLM).")
+    out["demo"] = record(
+        HERE / "demo_trace.jsonl", talk, [q for q, _ in QUESTIONS], Config(budget=2048, session="demo"),
+        "The demo's session: the bundled conversation under a 2048-token budget and the six demo questions. "
+        "Replies: the offline memory shell (no LLM).")
+    return out
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd() / "traces"
+    print(json.dumps(make(target), indent=1))

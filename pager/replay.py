@@ -1,0 +1,430 @@
+"""Replay a trace: feed its inputs and recorded model replies back, recompute everything else.
+
+Inputs are the events nothing inside pager decides: `session_start` (settings), `snapshot`
+(a resumed session's turns and paging state), `append` (turns from files, the API or another
+process), `user` (a message to the agent loop), `command` (a REPL slash command) and
+`external_call` (a tool call from another agent). Model replies are fed back in order.
+Everything else (faults, evictions, searches, assembled-context digests, tool results) is
+recomputed by the engine and, with `check`, compared event by event with the recording.
+
+The page-use reference string of a run also gives Belady's optimal fault count (OPT/MIN):
+at every eviction, drop the page whose next use is farthest away.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .config import Config
+from .errors import InputError
+from .home import Home
+from .store import MemoryStore
+from .trace import Event, read_trace
+
+INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call"}
+IGNORED = {"note", "session_start", "session_end"}
+VOLATILE = {"ts", "seq", "v", "retries"}
+
+
+def normalize(event: dict) -> dict:
+    return {k: v for k, v in event.items() if k not in VOLATILE}
+
+
+@dataclass
+class Divergence:
+    index: int               # position in the recorded stream (events that replay compares)
+    seq: int                 # the recorded event's sequence number
+    step: str                # where in the session: "message 3, model step 2"
+    expected: dict
+    actual: dict | None
+
+    def describe(self) -> str:
+        def show(e):
+            return "nothing (the replay ended)" if e is None else _brief(e)
+        return (f"diverged at {self.step} (recorded event #{self.seq}):\n"
+                f"  expected: {show(self.expected)}\n  replayed: {show(self.actual)}")
+
+
+def _brief(event: dict, width: int = 300) -> str:
+    import json
+
+    text = json.dumps(normalize(event), ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass
+class Run:
+    """The outcome of one replay."""
+
+    policy: str
+    events: list[dict] = field(default_factory=list)
+    recorded: list[dict] = field(default_factory=list)
+    divergence: Divergence | None = None
+    counters: dict = field(default_factory=dict)
+    digests: list[str] = field(default_factory=list)
+    recorded_digests: list[str] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+    start_frames: int = 0                                   # frames when the trace begins
+    start_resident: set[int] = field(default_factory=set)   # pages resident then (the tail aside)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e["kind"] == kind)
+
+    @property
+    def faults(self) -> int:
+        return self.count("fault")
+
+    def opt(self) -> int:
+        """Belady's optimal fault count on this run's reference string, from the same start."""
+        return opt_faults(self.references(), self.start_frames, self.start_resident)
+
+    @property
+    def changed_contexts(self) -> int:
+        pairs = zip(self.digests, self.recorded_digests)
+        return sum(a != b for a, b in pairs) + abs(len(self.digests) - len(self.recorded_digests))
+
+    @property
+    def hit_rate(self) -> float:
+        uses = self.faults + self.count("hit")
+        return self.count("hit") / uses if uses else 0.0
+
+    def references(self) -> list[tuple]:
+        return reference_string(self.events)
+
+
+class ReplayModel:
+    """Serves the recorded model replies in order."""
+
+    name = "pager/replay"
+    output_tokens = 1024
+    offline = True
+
+    def __init__(self, replies: list[dict]) -> None:
+        self.replies = list(replies)
+        self.position = 0
+
+    def window(self) -> int:
+        return 10**9
+
+    def check(self) -> None:
+        pass
+
+    def complete(self, messages, tools):
+        from .llm import ModelError, ModelReply
+
+        if self.position >= len(self.replies):
+            raise ModelError("the trace has no more recorded model replies")
+        reply = self.replies[self.position]
+        self.position += 1
+        return ModelReply(reply.get("text", ""), reply.get("tool_calls", []))
+
+
+def load(path: Path) -> tuple[dict, list[dict]]:
+    events = list(read_trace(path))
+    start = next((e for e in events if e["kind"] == "session_start"), None)
+    if start is None:
+        raise InputError(f"{path} has no session_start event; it is not a pager session trace")
+    return start, events
+
+
+def config_from(start: dict, home: Path, policy: str | None) -> Config:
+    extra = start.get("config", {})
+    return Config(home=home, session=start.get("session", "replay"), user=start.get("user", ""),
+                  budget=start["budget"], page_tokens=start["page_tokens"], policy=policy or start["policy"],
+                  tokenizer=start.get("tokenizer", ""), embedder=start.get("embedder", "wordllama"),
+                  map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
+                  readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
+                  output_tokens=extra.get("output_tokens", 1024))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Stop(Exception):
+    """Raised by an on_context callback to end a replay early (`trace show --step N`)."""
+
+
+def replay(path: Path, policy: str | None = None, check: bool = False,
+           on_context: Callable[[int, object, object, list[dict]], None] | None = None) -> Run:
+    """Re-run the trace in a fresh in-memory home; with check, stop at the first divergence.
+
+    on_context(i, context, session, events) sees the i-th assembled context (1-based) as the model
+    would, with the replayed events so far; it may raise Stop to end the replay there."""
+    from pager.tools import MODEL
+
+    from .agent import Agent
+
+    start, recorded_all = load(path)
+    recorded = [e for e in recorded_all if e["kind"] not in IGNORED and e.get("seq", 0) > start.get("seq", 0)]
+    compare = _comparable(recorded)
+    replies = [e for e in recorded if e["kind"] == "model_reply"]
+    run = Run(policy or start["policy"], recorded=compare)
+    run.recorded_digests = [e["digest"] for e in recorded if e["kind"] == "model_request"]
+    clock = _Clock()
+    with tempfile.TemporaryDirectory(prefix="pager-replay-") as folder:
+        config = config_from(start, Path(folder), policy)
+        home = Home(config, store=MemoryStore(), clock=clock, durable=False)
+        session = home.open()
+        live: list[dict] = []
+        listening = [True]
+
+        def listen(e: Event) -> None:
+            if listening[0]:
+                live.append({"kind": e.kind, "seq": e.seq, **e.data})
+
+        session.events.listeners.append(listen)
+        model = ReplayModel(replies)
+        requests = 0
+
+        def context_seen(ctx) -> None:
+            nonlocal requests
+            requests += 1
+            run.digests.append(ctx.digest)
+            run.frames.append(ctx.frames)
+            if on_context:
+                on_context(requests, ctx, session, live)
+
+        def agent_factory(speaker: str):
+            agent = Agent(session, model, MODEL, speaker=speaker)
+            agent.on_context = context_seen
+            return agent
+
+        try:
+            _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live)
+        except Stop:
+            pass
+        run.events = live
+        run.counters = dict(session.counters)
+        if check and run.divergence is None:
+            run.divergence = _first_divergence(compare, live, final=True)
+        home.journal.close(remove=True)
+    return run
+
+
+def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live) -> None:
+    from pager.tools import AGENT
+
+    agent = None
+    started = False
+    for event in recorded:
+        kind = event["kind"]
+        if kind not in INPUTS:
+            continue
+        if not started and kind != "snapshot":
+            started = True
+            run.start_frames = session.frames.count
+            run.start_resident = {n for n in session.frames.slots if n is not None and n != session.tail_n}
+        clock.now = event.get("ts", clock.now)
+        if kind == "snapshot":
+            listening[0] = False  # the recording loaded these from disk before its trace began
+            _resume(session, event, policy)
+            listening[0] = True
+        elif kind == "append":
+            turns = [dict(t) for t in event["turns"]]
+            if event.get("origin") == "input":
+                session.append_many(turns)
+            else:  # turns another process appended, taken in by sync
+                session.emit("append", origin=event.get("origin"), turns=event["turns"])
+                session.in_use = set()
+                for t in turns:
+                    session._pack(_turn(session, t), 0, own=False)
+                session._embed_pending()
+        elif kind == "user":
+            if agent is None:
+                agent = agent_factory(event.get("speaker", "user"))
+            agent.ask(event["text"])
+        elif kind == "command":
+            _command(session, event["line"], keep_policy=policy is not None)
+        elif kind == "external_call":
+            AGENT.call(session, event["name"], event["arguments"])
+        if check:
+            run.divergence = _first_divergence(compare, live)
+            if run.divergence:
+                return
+
+
+def _turn(session, record: dict):
+    from .page import Turn
+
+    return Turn(session.name, session.turn_count + 1, record["speaker"], record["text"], record.get("role", "user"),
+                record.get("date", ""), record.get("ts", 0.0), record.get("ref", ""), session.user)
+
+
+def _resume(session, event: dict, policy: str | None) -> None:
+    session.in_use = set()
+    turns = event["turns"]
+    if turns:
+        session.append_many([dict(t) for t in turns], origin="snapshot")
+    state = dict(event["state"])
+    if policy:  # a what-if replay keeps its own policy (and CLOCK starts its hand at frame 0)
+        state.update(policy=policy, hand=0)
+    session.load_paging_state(state)
+
+
+def _command(session, line: str, keep_policy: bool) -> None:
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name == "/search" and arg:
+        session.search(arg, k=8)
+    elif name == "/policy" and not keep_policy:
+        session.set_policy(arg)
+    elif name in ("/pin", "/unpin"):
+        n = session.resolve(arg)
+        session.pin(n) if name == "/pin" else session.unpin(n)
+
+
+def _comparable(events: Iterable[dict]) -> list[dict]:
+    """What replay recomputes, plus the appends and messages that mark where it is."""
+    return [e for e in events if e["kind"] not in INPUTS - {"append", "user"}]
+
+
+def _first_divergence(recorded: list[dict], live: list[dict], final: bool = False) -> Divergence | None:
+    replayed = _comparable(live)
+    for i, actual in enumerate(replayed):
+        if i >= len(recorded):
+            return Divergence(i, -1, "the end of the recording", {"kind": "(no more events recorded)"}, actual)
+        if normalize(recorded[i]) != normalize(actual):
+            return Divergence(i, recorded[i].get("seq", -1), _where(recorded, i), recorded[i], actual)
+    if final and len(replayed) < len(recorded):
+        i = len(replayed)
+        return Divergence(i, recorded[i].get("seq", -1), _where(recorded, i), recorded[i], None)
+    return None
+
+
+def _where(recorded: list[dict], i: int) -> str:
+    messages = sum(1 for e in recorded[: i + 1] if e["kind"] == "user")
+    if not messages:
+        appends = [e for e in recorded[: i + 1] if e["kind"] == "append"]
+        if appends:
+            turns = sum(len(e["turns"]) for e in appends)
+            return f"event {i + 1}, while appending turns {turns - len(appends[-1]['turns']) + 1}–{turns} (append {len(appends)})"
+        return f"event {i + 1}, before the first message"
+    since = recorded[max(k for k in range(i + 1) if recorded[k]["kind"] == "user"): i + 1]
+    step = max([e.get("step", 0) for e in since if e["kind"] == "model_request"], default=0)
+    when = f"model step {step}" if step else "automatic paging, before the first model call"
+    return f"event {i + 1}: message {messages} ({recorded[max(k for k in range(i + 1) if recorded[k]['kind'] == 'user')]['text'][:60]!r}), {when}"
+
+
+# -- Belady's optimum -----------------------------------------------------------------------------------------
+def reference_string(events: list[dict]) -> list[tuple]:
+    """The page uses and frame changes of a run: ("use", n), ("seal", n), ("frames", k), ("pin"|"unpin"|"out", n)."""
+    out: list[tuple] = []
+    for e in events:
+        kind = e["kind"]
+        if kind in ("fault", "hit"):
+            out.append(("use", int(e["page"][1:])))
+        elif kind == "page_sealed":
+            out.append(("seal", int(e["page"][1:])))
+        elif kind == "resize":
+            out.append(("frames", e["frames"]))
+        elif kind in ("pin", "unpin"):
+            out.append((kind, int(e["page"][1:])))
+        elif kind == "evict" and e.get("reason") == "page_out":
+            out.append(("out", int(e["page"][1:])))
+        elif kind == "model_request":
+            out.append(("assemble", 0))
+    return out
+
+
+def opt_faults(references: list[tuple], frames: int, resident: Iterable[int] = ()) -> int:
+    """Faults of the optimal offline policy on the reference string (the open tail keeps a frame),
+    starting with `resident` in memory.
+
+    The pages used for one assembled context must be in memory together, so a page used since
+    the last assembly is not a candidate; otherwise the page used farthest in the future goes."""
+    uses: dict[int, list[int]] = {}
+    for i, (op, n) in enumerate(references):
+        if op in ("use", "seal"):
+            uses.setdefault(n, []).append(i)
+    pointer = {n: 0 for n in uses}
+
+    def next_use(n: int, i: int) -> float:
+        positions = uses.get(n, [])
+        k = pointer.get(n, 0)
+        while k < len(positions) and positions[k] <= i:
+            k += 1
+        pointer[n] = k
+        return positions[k] if k < len(positions) else float("inf")
+
+    resident = set(resident)
+    pinned: set[int] = set()
+    in_use: set[int] = set()
+    faults = 0
+
+    def shrink(capacity: int, i: int) -> None:
+        while len(resident) > max(capacity, len(pinned)):
+            free = [n for n in resident if n not in pinned and n not in in_use]
+            if not free:  # as the engine does: when everything is in use, the context shrinks
+                free = [n for n in resident if n not in pinned]
+            if not free:
+                return
+            resident.discard(max(free, key=lambda n: (next_use(n, i), n)))
+
+    capacity = frames - 1  # one frame is always the open tail
+    for i, (op, n) in enumerate(references):
+        if op == "frames":
+            capacity = n - 1
+            shrink(capacity, i)
+        elif op == "seal":  # the tail becomes an ordinary page and needs a frame of its own
+            resident.add(n)
+            shrink(capacity, i)
+        elif op == "use":
+            in_use.add(n)
+            if n not in resident:
+                faults += 1
+                resident.add(n)
+                shrink(capacity, i)
+        elif op == "assemble":
+            in_use.clear()
+        elif op == "pin":
+            pinned.add(n)
+        elif op == "unpin":
+            pinned.discard(n)
+        elif op == "out":
+            resident.discard(n)
+    return faults
+
+
+def policy_table(runs: list[Run], recorded_policy: str, path: Path):
+    """Faults, evictions, hit rate and changed contexts per policy, each against OPT."""
+    from rich.table import Table
+
+    table = Table(title=f"{Path(path).name}: replay under each policy (* recorded)", title_justify="left",
+                  caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
+                          "policy would not fault at all", caption_justify="left")
+    for name in ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT"):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    best = min(r.faults for r in runs)
+    for run in runs:
+        opt = run.opt()
+        table.add_row(run.policy + ("*" if run.policy == recorded_policy else ""), str(run.faults),
+                      str(run.count("evict")), f"{run.hit_rate:.1%}", f"{run.changed_contexts}/{len(run.digests)}",
+                      str(opt), f"{run.faults / opt:.3f}" if opt else "–", style="bold" if run.faults == best else None)
+    return table
+
+
+def summary(path: Path):
+    """What a trace holds, without replaying it."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    start, events = load(path)
+    kinds = Counter(e["kind"] for e in events)
+    table = Table(title=f"{Path(path).name}", title_justify="left", show_header=False)
+    table.add_row("session", f"{start.get('session')!r} · model {start.get('model')} · budget {start.get('budget')} · "
+                  f"{start.get('page_tokens')}-token pages · policy {start.get('policy')}")
+    table.add_row("messages", f"{kinds['user']} to the agent · {kinds['model_request']} model calls · "
+                  f"{kinds['tool_call']} tool calls")
+    table.add_row("paging", f"{kinds['fault']} faults · {kinds['hit']} hits · {kinds['evict']} evictions · "
+                  f"{kinds['page_sealed']} pages sealed · {kinds['pin']} pins")
+    table.add_row("next", f"pager trace show {path} --step 1 · pager replay {path} --policy all")
+    return table

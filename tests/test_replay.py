@@ -1,0 +1,136 @@
+"""Traces: every sample replays exactly; an edited trace names where it diverges; OPT is a true optimum."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from pager.cli.app import app
+from pager.errors import InputError
+from pager.replay import opt_faults, replay
+from pager.trace import read_trace
+
+TRACES = sorted((ROOT / "traces").glob("*.jsonl")) + [ROOT / "pager" / "data" / "demo_trace.jsonl"]
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
+def test_every_sample_trace_replays_exactly(trace):
+    first = json.loads(trace.read_text().splitlines()[0])
+    assert first["kind"] == "note" and "no LLM" in first["text"], "each trace opens with a note saying why"
+    result = runner.invoke(app, ["replay", str(trace), "--check"])
+    assert result.exit_code == 0, result.output
+    assert "reproduced exactly" in result.output
+
+
+def _edit_one_eviction(trace: Path, out: Path, last: bool) -> int:
+    lines = trace.read_text().splitlines()
+    order = range(len(lines) - 1, -1, -1) if last else range(len(lines))
+    for i in order:
+        event = json.loads(lines[i])
+        if event["kind"] == "evict":
+            event["page"] = "p1" if event["page"] != "p1" else "p2"
+            lines[i] = json.dumps(event)
+            out.write_text("\n".join(lines) + "\n")
+            return event["seq"]
+    raise AssertionError("no eviction to edit")
+
+
+@pytest.mark.parametrize("last, where", [(True, "message 1"), (False, "while appending turns")])
+def test_an_edited_eviction_fails_check_and_names_the_step(tmp_path, last, where):
+    edited = tmp_path / "edited.jsonl"
+    seq = _edit_one_eviction(ROOT / "traces" / "eviction_under_pressure.jsonl", edited, last)
+    result = runner.invoke(app, ["replay", str(edited), "--check"])
+    assert result.exit_code == 1
+    assert f"recorded event #{seq}" in result.output
+    assert where in result.output and "expected" in result.output and "replayed" in result.output
+
+
+def test_pinned_page_is_never_evicted_in_its_trace():
+    run = replay(ROOT / "traces" / "pinned_fact_survives.jsonl")
+    pinned = [e for e in run.events if e["kind"] == "pin"]
+    assert pinned and pinned[0]["page"] == "p3"
+    after = run.events[run.events.index(pinned[0]):]
+    assert not [e for e in after if e["kind"] == "evict" and e["page"] == "p3"]
+
+
+def test_malformed_tool_calls_trace_recovers():
+    run = replay(ROOT / "traces" / "malformed_tool_call.jsonl")
+    results = [e["result"] for e in run.events if e["kind"] == "tool_result"]
+    assert any("not valid JSON" in r for r in results) and any("unknown tool" in r for r in results)
+    assert any("does not exist" in r for r in results) and any("whole number" in r for r in results)
+    final = [e for e in run.events if e["kind"] == "model_reply"][-1]
+    assert "peanut" in final["text"]
+
+
+def test_clock_and_lru_differ_on_their_trace_and_opt_bounds_both():
+    trace = ROOT / "traces" / "clock_vs_lru.jsonl"
+    clock, lru = replay(trace, policy="clock"), replay(trace, policy="lru")
+    assert clock.faults != lru.faults
+    assert clock.opt() <= min(clock.faults, lru.faults)
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
+def test_opt_never_exceeds_any_policy(trace):
+    for policy in ("clock", "lru", "lfu", "scored"):
+        run = replay(trace, policy=policy)
+        assert run.opt() <= run.faults
+
+
+def test_opt_matches_the_textbook_example():
+    refs = [7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1]
+    string = [x for r in refs for x in (("use", r), ("assemble", 0))]
+    assert opt_faults(string, frames=3 + 1) == 9  # 3 frames for pages plus the open tail
+
+
+def test_opt_is_optimal_against_brute_force():
+    from itertools import product
+
+    rng = random.Random(5)
+    for _ in range(30):
+        refs = [rng.randrange(5) for _ in range(9)]
+        string = [x for r in refs for x in (("use", r), ("assemble", 0))]
+        best = min(_faults_with_choices(refs, 2, choices) for choices in product(range(2), repeat=len(refs)))
+        assert opt_faults(string, frames=3) == best
+
+
+def _faults_with_choices(refs, capacity, choices):
+    cache, faults = [], 0
+    for r, choice in zip(refs, choices):
+        if r in cache:
+            continue
+        faults += 1
+        if len(cache) == capacity:
+            cache.pop(choice % len(cache))
+        cache.append(r)
+    return faults
+
+
+def test_trace_show_step_and_html(tmp_path):
+    trace = ROOT / "traces" / "fault_after_long_gap.jsonl"
+    result = runner.invoke(app, ["trace", "show", str(trace), "--step", "1"])
+    assert result.exit_code == 0, result.output
+    assert "model call 1" in result.output and "memory map" in result.output and "total" in result.output
+    html = tmp_path / "t.html"
+    result = runner.invoke(app, ["trace", "show", str(trace), "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "peanuts" in page  # hover text of p5
+    result = runner.invoke(app, ["trace", "show", str(trace), "--step", "99"])
+    assert result.exit_code != 0 and "fewer than 99 model calls" in result.output
+
+
+def test_a_trace_cut_by_a_crash_is_still_readable(tmp_path):
+    lines = (ROOT / "traces" / "pinned_fact_survives.jsonl").read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:100]) + "\n" + lines[100][:17])
+    assert len(list(read_trace(cut))) == 100
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text("\n".join(lines[:5] + ["{garbage"] + lines[6:]) + "\n")
+    with pytest.raises(InputError, match=r"damaged.jsonl:6"):
+        list(read_trace(damaged))
+    result = runner.invoke(app, ["replay", str(damaged), "--check"])
+    assert result.exit_code != 0 and "damaged.jsonl:6" in result.output and "Traceback" not in result.output
