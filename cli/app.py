@@ -165,6 +165,18 @@ def tools(format: str = typer.Option("openai", "--format", help="schema format: 
 
 
 @command()
+def mcp(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s", help="the session the tools act on"),
+) -> None:
+    """Serve the tools over MCP on stdio (for desktop agents and other MCP clients)."""
+    from pager.tools.mcp_server import serve
+    from pager.tools.toolkit import Toolkit
+
+    serve(Toolkit(config=load_config(ctx, session=session)))
+
+
+@command()
 def demo(
     ctx: typer.Context,
     budget: int = typer.Option(2048, "--budget", help="prompt budget for the demo"),
@@ -191,7 +203,7 @@ def search(
     with open_home(config) as home:
         s = home.open()
         hits = s.search(query, k=k, record=False)
-        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.pages[h.n].date_first,
+        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
                  "snippet": s.snippet(h)} for h in hits]
         if json_out:

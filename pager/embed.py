@@ -29,10 +29,19 @@ class WordLlamaEmbedder:
     dim = 256
 
     def __init__(self) -> None:
+        import logging
         import os
 
+        # wordllama calls logging.basicConfig(level=INFO) on import; undo that so the host's logging stays as it was
+        root = logging.getLogger()
+        level, handlers = root.level, list(root.handlers)
         import wordllama
         from wordllama import WordLlama
+
+        root.setLevel(level)
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
 
         folder = os.path.dirname(wordllama.__file__)
         self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.dim)

@@ -96,8 +96,8 @@ class Home:
         key = (self.config.user if user is None else user, self.config.session if session is None else session)
         if key not in self.sessions:
             s = Session(self, key[0], key[1], policy)
-            s.generation = self.read_generation(s)
             self.sessions[key] = s
+            s.sync()  # turns other live processes hold in their journals, not yet in the store
         return self.sessions[key]
 
     def _lock_path(self, user: str, session: str) -> Path:

@@ -211,6 +211,7 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
 
 def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live) -> None:
     from pager.tools import AGENT
+    from pager.tools.toolkit import external
 
     agent = None
     started = False
@@ -244,7 +245,7 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "command":
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
-            AGENT.call(session, event["name"], event["arguments"])
+            external(session, AGENT, event["name"], event["arguments"])
         if check:
             run.divergence = _first_divergence(compare, live)
             if run.divergence:

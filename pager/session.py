@@ -21,7 +21,7 @@ from .frames import Frames
 from .page import Packer, Page, Turn, header_reserve, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
-from .search import Hit, Index
+from .search import Hit, Index, terms
 from .store import Batch
 from .trace import Events
 
@@ -349,20 +349,39 @@ class Session:
 
     # -- search and automatic paging ----------------------------------------------------------------------
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,
-               record: bool = True) -> list[Hit]:
+               record: bool = True, tail: bool = True) -> list[Hit]:
+        """Ranked pages for the query; the open tail page (not indexed until sealed) is matched by its words."""
         self.sync()
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
                                  self.clock(), boosts)
+        if tail and (hit := self._tail_hit(query)):
+            hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:
             self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
         return hits
 
+    def _tail_hit(self, query: str) -> Hit | None:
+        wanted = set(terms(query))
+        best, where = 0, -1
+        for i, piece in enumerate(self.packer.pieces):
+            overlap = len(wanted & set(terms(piece.line)))
+            if overlap > best:
+                best, where = overlap, i
+        if not best:
+            return None
+        return Hit(self.tail_n, round(best / len(wanted), 4), {"tail": best}, piece=-1 - where)
+
     def snippet(self, hit: Hit, width: int = 160) -> str:
         """The hit's best piece of text, on one line, cut to width characters."""
-        page = self.pages[hit.n]
-        first = self.index.page_pieces[hit.n][0]
-        i = hit.piece - first if 0 <= hit.piece - first < len(page.spans) else 0
-        text = " ".join(page.piece_text(i).split()) if page.lines else " ".join(page.text.split())
+        if hit.n == self.tail_n:
+            pieces = self.packer.pieces
+            text = pieces[-1 - hit.piece].line if pieces and 0 <= -1 - hit.piece < len(pieces) else ""
+        else:
+            page = self.pages[hit.n]
+            first = self.index.page_pieces[hit.n][0]
+            i = hit.piece - first if 0 <= hit.piece - first < len(page.spans) else 0
+            text = page.piece_text(i) if page.lines else page.text
+        text = " ".join(text.split())
         return text if len(text) <= width else text[: width - 1] + "…"
 
     def autopage(self, query: str, share: float | None = None, min_score: float | None = None) -> list[Hit]:
@@ -373,7 +392,7 @@ class Session:
         room = min(int(self.frames.count * share), self.frames.count - 1 - self.pinned_count())
         if room <= 0 or not query.strip():
             return []
-        hits = [h for h in self.search(query, k=room) if h.score >= min_score]
+        hits = [h for h in self.search(query, k=room, tail=False) if h.score >= min_score]
         chosen: list[int] = []
         for hit in hits:
             self.table[hit.n].relevance = hit.score

@@ -3,5 +3,6 @@
 from .dispatch import AGENT, MODEL, Dispatcher
 from .functions import AGENT_TOOLS, MODEL_TOOLS
 from .schema import schema_of
+from .toolkit import Toolkit
 
-__all__ = ["AGENT", "AGENT_TOOLS", "MODEL", "MODEL_TOOLS", "Dispatcher", "schema_of"]
+__all__ = ["AGENT", "AGENT_TOOLS", "MODEL", "MODEL_TOOLS", "Dispatcher", "Toolkit", "schema_of"]

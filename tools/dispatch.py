@@ -14,7 +14,7 @@ from typing import Callable, get_args, get_origin, get_type_hints
 
 from pager.errors import PagerError
 
-from .functions import AGENT_TOOLS, MODEL_TOOLS
+from .functions import AGENT_TOOLS, MODEL_TOOLS, Mistake
 from .schema import schema_of
 
 MAX_ARGUMENT_CHARS = 100_000
@@ -35,19 +35,25 @@ class Dispatcher:
         return json.loads(json.dumps(self._schemas))
 
     def call(self, session, name: str, arguments: str | dict | None) -> str:
+        return self.run(session, name, arguments)[0]
+
+    def run(self, session, name: str, arguments: str | dict | None) -> tuple[str, bool]:
+        """The tool's text and whether it succeeded; a failure's text says what to do instead."""
         fn = self.functions.get(name)
         if fn is None:
-            return f"unknown tool {name!r}; the tools are: {', '.join(self.functions)}"
+            return f"unknown tool {name!r}; the tools are: {', '.join(self.functions)}", False
         try:
             kwargs = self._arguments(fn, arguments)
         except ValueError as exc:
-            return f"{name}: {exc}"
+            return f"{name}: {exc}", False
         try:
-            return fn(session, **kwargs)
+            return fn(session, **kwargs), True
+        except Mistake as exc:
+            return str(exc), False
         except PagerError as exc:
-            return f"{name}: {exc}"
+            return f"{name}: {exc}", False
         except Exception as exc:  # noqa: BLE001 - the model must get an answer, and the session must go on
-            return f"{name} failed inside pager ({type(exc).__name__}: {exc}); try again differently"
+            return f"{name} failed inside pager ({type(exc).__name__}: {exc}); try again differently", False
 
     def _arguments(self, fn: Callable, arguments) -> dict:
         if arguments is None or arguments == "":
@@ -95,6 +101,9 @@ def _coerce(name: str, value, hint):
             return str(value)
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string")
+        if len(value) > MAX_ARGUMENT_CHARS:
+            raise ValueError(f"{name} of {len(value):,} characters is too long (limit {MAX_ARGUMENT_CHARS:,}); "
+                             "split it into several calls")
         if "\x00" in value:
             raise ValueError(f"{name} contains a NUL character")
         return value

@@ -14,6 +14,10 @@ from pager.session import Session
 SNIPPET_CHARS = 160
 
 
+class Mistake(Exception):
+    """A call the model should make differently; its message says how (returned as a failed tool result)."""
+
+
 def _ids(session: Session, ns) -> str:
     return ", ".join(f"p{n}" for n in ns)
 
@@ -33,10 +37,9 @@ def search(session: Session, query: str, k: int = 5) -> str:
         return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
     lines = [f"{len(hits)} page(s) for {query!r}:"]
     for hit in hits:
-        page = session.pages[hit.n]
         where = "resident" if session.table[hit.n].resident else "on disk"
         marks = ", ".join(session.directory.keywords(hit.n)[:4])
-        lines.append(f"- p{hit.n} ({page.date_first}, {where}, score {hit.score:.2f}"
+        lines.append(f"- p{hit.n} ({session.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
                      f"{', bookmarks: ' + marks if marks else ''}): {session.snippet(hit, SNIPPET_CHARS)}")
     return "\n".join(lines)
 
@@ -51,17 +54,17 @@ def page_in(session: Session, page: str) -> str:
     """
     target = page.strip()
     if not target:
-        return "page_in needs a page id like 'p42' or a bookmark keyword"
+        raise Mistake("page_in needs a page id like 'p42' or a bookmark keyword")
     try:
         numbers = [session.resolve(target)]
     except PagerError as exc:
         if parse_page_id(target) is not None:
-            return f"{exc}; call search to find the right page"
+            raise Mistake(f"{exc}; call search to find the right page") from None
         found = sorted(session.directory.lookup(target), reverse=True)
         if not found:
             hits = session.search(target, k=1, record=False)
             if not hits:
-                return f"no page is called or bookmarked {target!r}; call search first to find page ids"
+                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids")
             found = [hits[0].n]
         numbers = found[:3]
     moved = []
@@ -99,7 +102,7 @@ def bookmark(session: Session, page_ids: list[str], keywords: list[str], note: s
         note: why these pages matter, in a few words
     """
     if not page_ids:
-        return "bookmark needs at least one page id"
+        raise Mistake("bookmark needs at least one page id")
     mark = session.bookmark(page_ids, keywords, note[:500])
     return f"bookmarked {_ids(session, mark.pages)} as {', '.join(mark.keywords)}"
 
@@ -139,7 +142,7 @@ def remember(session: Session, text: str, role: str = "user", speaker: str = "")
         speaker: a name to show instead of the role
     """
     if role not in ("user", "assistant"):
-        return "role must be 'user' or 'assistant'"
+        raise Mistake("role must be 'user' or 'assistant'")
     turn = session.append(speaker or role, text, role=role, origin="tool")
     return f"remembered as turn {turn.turn} on p{session.tail_n}"
 
