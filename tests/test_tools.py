@@ -217,3 +217,27 @@ def test_mcp_stdout_carries_nothing_but_protocol(tmp_path):
     assert rest.strip() == ""
     assert [r["id"] for r in replies] == [1, 2, 3]
     assert replies[1]["result"]["isError"] is False and replies[2]["result"]["isError"] is True
+
+
+def test_the_readme_agent_loop_runs(tmp_path, monkeypatch):
+    """The README's litellm loop, driven by the offline shell instead of a provider."""
+    import re
+
+    from pager.llm import litellm, register
+    from pager.offline import OfflineShell
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"## Use pager from your agent.*?```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.setenv("PAGER_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("PAGER_EMBEDDER", "hash")
+    litellm()
+    register("offline", OfflineShell())
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    ask, memory = namespace["ask"], namespace["memory"]
+    assert "Noted" in ask("Our wifi password at the cabin is moose-lake-42.", model="pager/offline")
+    for i in range(60):
+        memory.call("remember", {"text": f"small talk {i} about the weather"})
+    answer = ask("What is the wifi password at the cabin?", model="pager/offline")
+    assert "moose-lake-42" in answer
+    memory.close()
