@@ -19,7 +19,7 @@ import hashlib
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -147,7 +147,13 @@ class Home:
             batch.states.update(part.states)
         if not batch:
             return
-        self.store.put(batch)
+        # Writers of one session take turns, and each writes against the latest version, so two processes
+        # that sealed the same page (packing is deterministic) store it once.
+        with ExitStack() as locks:
+            for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
+                locks.enter_context(self.session_lock(s))
+            self.store.refresh()
+            self.store.put(batch)
         self.journal.rotate()
         self.flushes += 1
         if self.flushes % self.config.compact_every == 0:

@@ -261,14 +261,21 @@ class LanceStore:
         return (col("user") == lit(user)) & (col("session") == lit(session))
 
     def _rows(self, name: str, user: str, session: str, extra=None, columns=None) -> list[dict]:
-        table = self._tables[name]
         where = self._where(user, session)
         if extra is not None:
             where = where & extra
-        query = table.search().where(where)
-        if columns:
-            query = query.select(columns)
-        return query.limit(None).to_list() if hasattr(query, "limit") else query.to_list()
+        for attempt in range(3):
+            query = self._tables[name].search().where(where)
+            if columns:
+                query = query.select(columns)
+            try:
+                return query.limit(None).to_list()
+            except (OSError, RuntimeError, ValueError):
+                # another process compacted away the version this handle was reading: move to the latest
+                if attempt == 2:
+                    raise
+                self.refresh()
+        raise AssertionError("unreachable")
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         from lancedb.expr import col, lit
@@ -284,7 +291,9 @@ class LanceStore:
     def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]:
         from lancedb.expr import col, lit
 
-        rows = sorted(self._rows("pages", user, session, col("n") > lit(after)), key=lambda r: r["n"])
+        # a page written twice (two machines sealing it at once) is the same page: keep one
+        rows = sorted({r["n"]: r for r in self._rows("pages", user, session, col("n") > lit(after))}.values(),
+                      key=lambda r: r["n"])
         vectors = [np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
         return [_page_from(r) for r in rows], vectors
 
