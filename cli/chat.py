@@ -128,7 +128,11 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
                     if _command(line, session, printer, console) == "quit":
                         break
                     continue
-                reply = agent.ask(line)
+                try:
+                    reply = agent.ask(line)
+                except PagerError as exc:  # e.g. a message larger than the budget: refused, nothing accepted
+                    console.print(f"[red]{exc}[/]", highlight=False)
+                    continue
                 console.print(f"[bold green]pager>[/] {reply.text}", highlight=False)
         finally:
             session.emit("session_end", turns=session.turn_count, **session.counters)

@@ -47,6 +47,7 @@ class Agent:
 
     def ask(self, text: str) -> Reply:
         s = self.session
+        self._check_fits(text)
         ts = s.clock()
         s.emit("user", text=text, ts=ts, speaker=self.speaker)
         turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent")
@@ -58,8 +59,7 @@ class Agent:
         while step < self.max_steps:
             step += 1
             try:
-                ctx = build(s, text, self.prefix, self.tool_tokens + message_tokens(s, scratch), budget,
-                            autopage=step == 1, hide_turn=turn.turn)
+                ctx = self._build(text, scratch, budget, step, turn.turn)
             except BudgetError as exc:
                 return self._fail(step, calls, f"the prompt no longer fits the budget ({exc})")
             s.emit("model_request", step=step, digest=ctx.digest, tokens=ctx.tokens, frames=ctx.frames,
@@ -78,7 +78,10 @@ class Agent:
                 return self._fail(step, calls, str(exc))
             s.emit("model_reply", step=step, text=reply.text, tool_calls=reply.tool_calls, retries=reply.retries)
             if not reply.tool_calls:
-                return self._finish(reply.text, step, calls)
+                text_out = reply.text
+                if reply.truncated:
+                    text_out += f" [reply cut at the output limit of {self.model.output_tokens} tokens]"
+                return self._finish(text_out, step, calls)
             scratch.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
                 {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for c in reply.tool_calls]})
@@ -94,6 +97,31 @@ class Agent:
         reply = self._finish(text, step, calls)
         reply.stopped = True
         return reply
+
+    def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
+        """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them
+        (their pages stay resident, their results stay in the trace) rather than fail."""
+        s = self.session
+        while True:
+            try:
+                return build(s, text, self.prefix, self.tool_tokens + message_tokens(s, scratch), budget,
+                             autopage=step == 1, hide_turn=hide)
+            except BudgetError:
+                cut = next((i for i, m in enumerate(scratch[1:], 1) if m["role"] == "assistant"), None)
+                if cut is None:
+                    raise
+                s.emit("scratch_trimmed", step=step, dropped=cut)
+                del scratch[:cut]
+
+    def _check_fits(self, text: str) -> None:
+        """Refuse, before accepting it, a message the prompt could never hold with even one page."""
+        s = self.session
+        room = self.budget - s.tokenizer.count(self.prefix) - self.tool_tokens - s.home.config.map_reserve \
+            - s.page_tokens - 32
+        size = s.tokenizer.count(text)
+        if size > room:
+            raise BudgetError(f"message of {size:,} tokens exceeds the {max(room, 0):,} the budget of {self.budget:,} "
+                              "leaves for a message; raise --budget, send it in parts, or `pager ingest` it as a file")
 
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():

@@ -132,14 +132,21 @@ class Home:
         self.journal.append(records)
 
     def maybe_flush(self) -> None:
-        if self.journal.written >= self.config.flush_turns:
+        """Flush when the journal holds enough; a store that refuses is reported, not fatal: the
+        records stay in the journal and the next flush (or the next process) writes them."""
+        if self.journal.written < self.config.flush_turns:
+            return
+        try:
             self.flush()
+        except StoreError as exc:
+            for s in self.sessions.values():
+                s.emit("store_error", error=str(exc))
 
     def flush(self) -> None:
         """Write every open session's pending turns, pages, bookmarks and page table in one batch."""
+        parts = {s: s.take_pending() for s in self.sessions.values()}
         batch = Batch()
-        for s in self.sessions.values():
-            part = s.take_pending()
+        for part in parts.values():
             batch.turns += part.turns
             batch.pages += part.pages
             batch.vectors += part.vectors
@@ -147,13 +154,18 @@ class Home:
             batch.states.update(part.states)
         if not batch:
             return
-        # Writers of one session take turns, and each writes against the latest version, so two processes
-        # that sealed the same page (packing is deterministic) store it once.
-        with ExitStack() as locks:
-            for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
-                locks.enter_context(self.session_lock(s))
-            self.store.refresh()
-            self.store.put(batch)
+        try:
+            # Writers of one session take turns, and each writes against the latest version, so two
+            # processes that sealed the same page (packing is deterministic) store it once.
+            with ExitStack() as locks:
+                for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
+                    locks.enter_context(self.session_lock(s))
+                self.store.refresh()
+                self.store.put(batch)
+        except Exception:
+            for s, part in parts.items():  # keep them for the next try; the journal still has them too
+                s.pending = part.merged(s.pending)
+            raise
         self.journal.rotate()
         self.flushes += 1
         if self.flushes % self.config.compact_every == 0:
@@ -210,7 +222,12 @@ class Home:
     def close(self) -> None:
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        except Exception:
+            self.journal.close(remove=False)  # everything accepted stays in the journal for the next process
+            self._closed = True
+            raise
         self.journal.close(remove=True)
         self._closed = True
 

@@ -68,7 +68,7 @@ def _router_class():
                 raise ConfigError(f"no pager model {name!r}; use pager/offline or set --model to a provider's model")
             tools = (optional_params or {}).get("tools") or []
             reply = handler(messages, tools)
-            finish = "tool_calls" if reply.get("tool_calls") else "stop"
+            finish = reply.pop("finish_reason", None) or ("tool_calls" if reply.get("tool_calls") else "stop")
             return ModelResponse(model=model, choices=[{"message": {"role": "assistant", **reply}, "finish_reason": finish}])
 
     return Router
@@ -87,6 +87,7 @@ class ModelReply:
     tool_calls: list[dict] = field(default_factory=list)   # [{"id", "name", "arguments"}]
     usage: dict = field(default_factory=dict)
     retries: int = 0
+    truncated: bool = False    # the provider stopped at the output limit
 
 
 class ContextOverflow(Exception):
@@ -168,4 +169,5 @@ def _reply(response, retries: int) -> ModelReply:
                       "arguments": call.function.arguments or ""})
     usage = getattr(response, "usage", None)
     usage = {"prompt": getattr(usage, "prompt_tokens", 0), "completion": getattr(usage, "completion_tokens", 0)} if usage else {}
-    return ModelReply(message.content or "", calls, usage, retries)
+    truncated = getattr(response.choices[0], "finish_reason", "") == "length"
+    return ModelReply(message.content or "", calls, usage, retries, truncated)

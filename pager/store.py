@@ -40,6 +40,11 @@ class Batch:
     def __bool__(self) -> bool:
         return bool(self.turns or self.pages or self.bookmarks or self.states)
 
+    def merged(self, later: "Batch") -> "Batch":
+        """This batch followed by a later one (a failed write put back in front of what came since)."""
+        return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
+                     self.bookmarks + later.bookmarks, {**self.states, **later.states})
+
 
 class Store(Protocol):
     def put(self, batch: Batch) -> None: ...
@@ -250,6 +255,9 @@ class LanceStore:
                 if attempt == attempts - 1:
                     raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
             except RuntimeError as exc:  # lance commit conflicts surface as RuntimeError
+                if "No space left" in str(exc) or "Read-only file system" in str(exc):
+                    raise StoreError(f"the store refused a write ({_first_line(exc)}); free disk space or fix "
+                                     "permissions, nothing accepted is lost: it stays in the journal") from exc
                 if attempt == attempts - 1:
                     raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
             time.sleep(0.02 * 2**attempt)
@@ -348,6 +356,10 @@ class LanceStore:
                     files += 1
                     size += path.stat().st_size
         return {"files": files, "versions": versions, "bytes": size}
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
 MIGRATIONS: list = []  # MIGRATIONS[v - 1] moves a store from schema v to v + 1

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from conftest import kills, run_until_killed
+from harness import kills, run_until_killed
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
