@@ -4,6 +4,7 @@ commands that need them, so `pager --help` stays instant."""
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -337,6 +338,24 @@ def bench_locomo(
     if plot:
         locomo.plot(report, plot)
         console.print(f"wrote {plot}")
+
+
+@bench_app.command("scale")
+@handles_errors
+def bench_scale(
+    pages: int = typer.Option(..., "--pages", help="pages in the home, across many sessions and users"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="build the home in this folder and keep it"),
+) -> None:
+    """Cost at scale: ingest, paging per turn, search, cold start, memory, disk, LanceDB files."""
+    from rich.console import Console
+
+    from pager.bench import scale
+
+    if pages < 1000:
+        raise PagerError("--pages must be at least 1000")
+    report = scale.main(pages, json_path, keep)
+    Console().print_json(json.dumps(report))
 
 
 @bench_app.command("trace")

@@ -188,12 +188,16 @@ class Directory:
     def keywords(self, n: int) -> list[str]:
         return self.by_page.get(n, [])
 
-    def matches(self, query: str) -> dict[int, float]:
-        """Pages whose keywords occur in the query, weighted by how specific the keyword is."""
-        q = " " + normalize(query) + " "
+    def matches(self, query: str, longest: int = 4) -> dict[int, float]:
+        """Pages whose keywords occur in the query, weighted by how specific the keyword is.
+
+        The query's word n-grams are looked up, so the cost follows the query, not the directory."""
+        words = normalize(query).split()
+        grams = {" ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
         hits: dict[int, float] = {}
-        for alias, pages in self.index.items():
-            if len(alias) < 3 or f" {alias} " not in q:
+        for alias in grams:
+            pages = self.index.get(alias)
+            if not pages or len(alias) < 3:
                 continue
             weight = (1.0 + alias.count(" ")) / max(1.0, len(pages) ** 0.5)
             for n in pages:

@@ -44,7 +44,7 @@ class Config:
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     max_steps: int = 8           # model calls per user message before the loop stops
-    flush_turns: int = 256       # journal records buffered before a batched store write
+    flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
     embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 
 from pager.prompts import render
@@ -162,10 +163,11 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         return text
     resident_set = set(resident)
     order = [n for n in focus if n not in resident_set]
-    order += [n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in set(order)]
+    first = set(order)
+    recent = (n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in first)
     lines: list[str] = []
     budget = reserve - count(text)
-    for n in order:
+    for n in itertools.chain(order, recent):
         keywords = session.directory.keywords(n)
         if not keywords:
             continue
@@ -186,7 +188,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
 def next_victims(session: Session, k: int) -> list[int]:
     """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
     policy = copy.deepcopy(session.policy)
-    table = {n: copy.copy(e) for n, e in session.table.items() if e.resident}
+    table = {n: copy.copy(session.table[n]) for n in session.frames.slots if n is not None}
     out: list[int] = []
     for _ in range(k):
         candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]

@@ -56,20 +56,18 @@ class Frames:
         missing = free - self.slots.count(None)
         if missing <= 0:
             return
-        candidates = self.candidates(set(protect) | set(keep))
-        in_use = False
-        for _ in range(missing):
-            if not candidates and keep:
-                candidates, keep, in_use = self.candidates(protect), (), True
-            if not candidates:
-                raise BudgetError(
-                    f"all {self.used()} frames hold pinned or in-use pages, so nothing can be paged in; "
-                    "raise --budget, unpin a page, or lower page_tokens"
-                )
-            # among pages the current message uses, the least relevant goes first
-            victim = (min(candidates, key=lambda e: (e.relevance, e.last_use, e.n)) if in_use
-                      else self.policy.victim(candidates, now))
-            candidates.remove(victim)
+        victims = self.policy.victims(self.candidates(set(protect) | set(keep)), now, missing)
+        if len(victims) < missing and keep:
+            # among pages the current message uses, the least relevant go first
+            taken = {e.n for e in victims}
+            in_use = [e for e in self.candidates(protect) if e.n not in taken]
+            victims += sorted(in_use, key=lambda e: (e.relevance, e.last_use, e.n))[: missing - len(victims)]
+        if len(victims) < missing:
+            raise BudgetError(
+                f"all {self.used()} frames hold pinned or in-use pages, so nothing can be paged in; "
+                "raise --budget, unpin a page, or lower page_tokens"
+            )
+        for victim in victims:
             evict(victim)
 
     def resize(self, count: int, protect: Collection[int], now: int, evict: Callable[[Entry], None],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import pickle
 import shutil
 import time
 from contextlib import ExitStack, contextmanager
@@ -99,6 +100,38 @@ class Home:
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
         return self.sessions[key]
+
+    # -- the index cache: a session's search index, kept on local disk between processes -------------------
+    INDEX_FORMAT = 1
+
+    def _cache_path(self, s) -> Path:
+        key = f"{self.config.db_uri}\x00{s.user}\x00{s.name}\x00{self.config.embedder}\x00{self.INDEX_FORMAT}"
+        return self.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
+
+    def cached_index(self, s):
+        """The session's index as a previous process left it, or None. Only this user's own files are
+        read (the cache is a pickle, trusted like the journal); a stale or damaged one is ignored."""
+        path = self._cache_path(s)
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
+            return None
+
+    def save_index(self, s) -> None:
+        """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
+        if len(s.index) == s.index_saved or len(s.index) < 200:
+            return
+        path = self._cache_path(s)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "wb") as fh:
+                pickle.dump(s.index, fh, protocol=5)
+            os.replace(tmp, path)
+            s.index_saved = len(s.index)
+        except OSError:
+            pass  # a cache is an optimisation; the next open rebuilds
 
     def _lock_path(self, user: str, session: str) -> Path:
         digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:32]
@@ -229,6 +262,8 @@ class Home:
             self._closed = True
             raise
         self.journal.close(remove=True)
+        for s in self.sessions.values():
+            self.save_index(s)
         self._closed = True
 
     def __enter__(self) -> "Home":

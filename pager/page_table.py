@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -36,12 +36,9 @@ class PageTable(dict[int, Entry]):
 
     def snapshot(self) -> dict:
         """Entries that differ from a never-used page, as {n: [fields…]}."""
-        rows = {}
-        for e in self.values():
-            if e.resident or e.pinned or e.use_count or e.fault_count:
-                d = asdict(e)
-                rows[str(e.n)] = [d[f] for f in self.STATE_FIELDS]
-        return rows
+        fields = self.STATE_FIELDS
+        return {str(e.n): [getattr(e, f) for f in fields] for e in self.values()
+                if e.resident or e.pinned or e.use_count or e.fault_count}
 
     def restore(self, rows: dict) -> None:
         for key, values in rows.items():

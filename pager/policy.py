@@ -25,29 +25,41 @@ class Policy(Protocol):
 
     def victim(self, candidates: Sequence[Entry], now: int) -> Entry: ...
 
+    def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]: ...
 
-class LRU:
+
+class _Ranked:
+    """A policy that orders candidates by a key: the k victims are the k smallest."""
+
+    def key(self, entry: Entry, now: int):
+        raise NotImplementedError
+
+    def touch(self, entry: Entry, now: int) -> None:
+        pass
+
+    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        return min(candidates, key=lambda e: self.key(e, now))
+
+    def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
+        return sorted(candidates, key=lambda e: self.key(e, now))[:k]
+
+
+class LRU(_Ranked):
     """Least recently used."""
 
     name = "lru"
 
-    def touch(self, entry: Entry, now: int) -> None:
-        pass
-
-    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
-        return min(candidates, key=lambda e: (e.last_use, e.n))
+    def key(self, e: Entry, now: int):
+        return (e.last_use, e.n)
 
 
-class LFU:
+class LFU(_Ranked):
     """Least frequently used; the least recent among equals."""
 
     name = "lfu"
 
-    def touch(self, entry: Entry, now: int) -> None:
-        pass
-
-    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
-        return min(candidates, key=lambda e: (e.use_count, e.last_use, e.n))
+    def key(self, e: Entry, now: int):
+        return (e.use_count, e.last_use, e.n)
 
 
 class Clock:
@@ -62,19 +74,31 @@ class Clock:
         pass  # the referenced bit is set by the page table on every use
 
     def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
+        return self.victims(candidates, now, 1)[0]
+
+    def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
+        """One sweep of the hand that takes k pages, clearing the bits it passes."""
         ring = sorted(candidates, key=lambda e: e.frame)
+        k = min(k, len(ring))
         start = next((i for i, e in enumerate(ring) if e.frame >= self.hand), 0)
-        for step in range(2 * len(ring) + 1):
+        taken: list[Entry] = []
+        chosen: set[int] = set()
+        step = 0
+        while len(taken) < k:
             entry = ring[(start + step) % len(ring)]
+            step += 1
+            if entry.n in chosen:
+                continue
             if entry.referenced:
                 entry.referenced = False
                 continue
+            taken.append(entry)
+            chosen.add(entry.n)
             self.hand = entry.frame + 1
-            return entry
-        raise AssertionError("unreachable: a full sweep clears every bit")
+        return taken
 
 
-class Scored:
+class Scored(_Ranked):
     """Evicts the lowest recency × importance × relevance.
 
     recency halves every `half_life` ticks since last use; importance (what the page holds:
@@ -87,15 +111,12 @@ class Scored:
     def __init__(self, half_life: float = 32.0) -> None:
         self.half_life = half_life
 
-    def touch(self, entry: Entry, now: int) -> None:
-        pass
-
     def score(self, entry: Entry, now: int) -> float:
         recency = math.exp2(-(now - entry.last_use) / self.half_life)
         return recency * (0.5 + entry.importance) * (0.25 + entry.relevance)
 
-    def victim(self, candidates: Sequence[Entry], now: int) -> Entry:
-        return min(candidates, key=lambda e: (self.score(e, now), e.last_use, e.n))
+    def key(self, e: Entry, now: int):
+        return (self.score(e, now), e.last_use, e.n)
 
 
 POLICY_CLASSES = {cls.name: cls for cls in (Clock, LRU, LFU, Scored)}

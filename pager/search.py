@@ -179,14 +179,16 @@ class Index:
         self.bm25 = BM25()
         self.vocabulary = Vocabulary(dim)
         self.piece_page: list[int] = []          # piece → page number
-        self.piece_speaker: list[str] = []
+        self.piece_speaker: list[int] = []       # piece → speaker id (self.speaker_ids)
+        self.speaker_ids: dict[str, int] = {}
         self.piece_ts: list[float] = []
         self.page_pieces: dict[int, list[int]] = {}
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._pending: list[np.ndarray] = []
         self._last_terms: list[str] = []
-        self._number_cache = np.zeros(0, dtype=np.int64)
+        self._cache: dict = {}
+        self._last_page = 0
 
     def __len__(self) -> int:
         return len(self.page_pieces)
@@ -194,22 +196,29 @@ class Index:
     def __contains__(self, n: int) -> bool:
         return n in self.page_pieces
 
+    def fits(self, pages: list[Page]) -> bool:
+        """Was this index built from exactly these pages (pages are immutable, so count and ends suffice)?"""
+        return len(pages) == len(self.page_pieces) and (not pages or (
+            pages[0].n in self.page_pieces and self._last_page == pages[-1].n
+            and len(self.page_pieces[pages[-1].n]) == len(pages[-1].spans)))
+
     def add(self, page: Page, piece_vectors: np.ndarray) -> None:
         """Index a sealed page; piece_vectors has one row per span of the page."""
         if page.n in self.page_pieces:
             return
-        assert not self.page_pieces or page.n > max(self.page_pieces), "pages are indexed in order"
+        assert page.n > self._last_page, "pages are indexed in order"
+        self._last_page = page.n
         ids = []
         for i in range(len(page.spans)):
             text = page.piece_text(i) if page.lines else page.text
             words = terms(text)
             piece = self.bm25.add(words + self._last_terms)
             self._last_terms = words
-            speaker = page.piece_speaker(i) if page.lines else ""
+            speaker = (page.piece_speaker(i) if page.lines else "").lower()
             self.piece_page.append(page.n)
-            self.piece_speaker.append(speaker.lower())
+            self.piece_speaker.append(self.speaker_ids.setdefault(speaker, len(self.speaker_ids)))
             self.piece_ts.append(page.ts_first)
-            self.speakers.add(speaker.lower())
+            self.speakers.add(speaker)
             self.vocabulary.add(text)
             ids.append(piece)
         self.page_pieces[page.n] = ids
@@ -239,11 +248,13 @@ class Index:
         bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
         qv = embedder.embed([bare if bare.strip() else query])[0]
         signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
+        arrays = self._arrays()
         if named:
-            signals["speaker"] = np.array([1.0 if s in named else 0.0 for s in self.piece_speaker], dtype=np.float32)
+            ids = [self.speaker_ids[s] for s in named if s in self.speaker_ids]
+            signals["speaker"] = np.isin(arrays["speaker"], ids).astype(np.float32)
         span = date_range(query, now if now is not None else time.time())
         if span:
-            ts = np.array(self.piece_ts)
+            ts = arrays["ts"]
             signals["date"] = ((ts >= span[0]) & (ts < span[1])).astype(np.float32)
         return self._pages(self._fuse(signals), signals, directory.matches(query), k, exclude, boosts or {})
 
@@ -255,16 +266,30 @@ class Index:
                 fused += self.WEIGHTS[name] * values / top
         return fused
 
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """numpy views of the per-piece and per-page lists, rebuilt only after pages were added."""
+        if self._cache.get("pieces") != len(self.piece_page):
+            numbers = np.array(sorted(self.page_pieces), dtype=np.int64)
+            self._cache = {
+                "pieces": len(self.piece_page),
+                "speaker": np.array(self.piece_speaker, dtype=np.int32),
+                "ts": np.array(self.piece_ts, dtype=np.float64),
+                "numbers": numbers,
+                "starts": np.array([self.page_pieces[n][0] for n in numbers.tolist()], dtype=np.int64),
+                "position": {n: i for i, n in enumerate(numbers.tolist())},
+            }
+        return self._cache
+
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts) -> list[Hit]:
-        numbers = self._numbers()
-        starts = np.fromiter((self.page_pieces[n][0] for n in numbers), dtype=np.int64, count=len(numbers))
+        arrays = self._arrays()
+        numbers, starts = arrays["numbers"], arrays["starts"]
         best = np.maximum.reduceat(fused, starts)
         sizes = np.diff(np.append(starts, len(fused)))
         at_max = np.where(fused >= np.repeat(best, sizes), np.arange(len(fused)), len(fused))
         best_piece = np.minimum.reduceat(at_max, starts)
         around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
         score = best + self.WEIGHTS["neighbour"] * around
-        position = {n: i for i, n in enumerate(numbers)} if (bookmark_hits or boosts or exclude) else {}
+        position = arrays["position"]
         top_mark = max(bookmark_hits.values(), default=0.0)
         for n, value in bookmark_hits.items():
             if n in position and top_mark > 0:
@@ -292,12 +317,6 @@ class Index:
             hits.append(Hit(n, round(float(score[i]), 4), parts, piece))
         hits.sort(key=lambda h: (-h.score, -h.n))
         return hits
-
-    def _numbers(self) -> np.ndarray:
-        if len(self._number_cache) != len(self.page_pieces):
-            self._number_cache = np.array(sorted(self.page_pieces), dtype=np.int64)
-        return self._number_cache
-
 
 # -- dates in queries --------------------------------------------------------------------------------------
 _MONTH = {m: i + 1 for i, m in enumerate(MONTHS[:12])} | {m[:3]: i + 1 for i, m in enumerate(MONTHS[:12])} | {"sept": 9}

@@ -76,9 +76,19 @@ class Session:
     # -- loading ------------------------------------------------------------------------------------
     def _load(self, state: dict) -> None:
         store = self.home.store
-        pages, vectors = store.pages(self.user, self.name)
-        for page, vector in zip(pages, vectors):
-            self._index_page(page, vector)
+        cached = self.home.cached_index(self)
+        pages, vectors = store.pages(self.user, self.name, with_vectors=cached is None)
+        self.index_saved = -1  # the cache on disk is behind this index until it is written
+        if cached is not None and cached.fits(pages):
+            self.index = cached
+            self.index_saved = len(cached)
+            for page in pages:
+                self._adopt(page)
+        else:
+            if cached is not None:  # the cache was for other pages: decode the vectors after all
+                pages, vectors = store.pages(self.user, self.name)
+            for page, vector in zip(pages, vectors):
+                self._index_page(page, vector)
         for mark in store.bookmarks(self.user, self.name):
             self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
         self.packer.next_n = (pages[-1].n + 1) if pages else 1
@@ -112,8 +122,11 @@ class Session:
             self.frames.place(e)
 
     def _index_page(self, page: Page, vectors: np.ndarray) -> None:
-        self.pages[page.n] = page
         self.index.add(page, vectors)
+        self._adopt(page)
+
+    def _adopt(self, page: Page) -> None:
+        self.pages[page.n] = page
         self.directory.add(page.keywords, [page.n])
         entry = self.table.get(page.n) or Entry(page.n)
         entry.tokens, entry.importance = page.tokens, page.importance
@@ -402,6 +415,9 @@ class Session:
                 for n in (hit.n - d, hit.n + d):
                     if len(chosen) < room and n in self.pages and n not in chosen:
                         chosen.append(n)
+        missing = sum(1 for n in chosen if not self.table[n].resident)
+        # one eviction pass for the whole batch: the policy sees every candidate once
+        self.frames.make_room({self.tail_n, *chosen}, self.tick, self._evict, free=missing, keep=self.in_use)
         for i, n in enumerate(chosen):
             self.fault(n, "auto" if i < len(hits) else "readahead", protect=chosen)
         return hits

@@ -50,7 +50,7 @@ class Store(Protocol):
     def put(self, batch: Batch) -> None: ...
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]: ...
     def turn_count(self, user: str, session: str) -> int: ...
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]: ...
+    def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]: ...
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
     def sessions(self) -> list[dict]: ...
@@ -87,7 +87,7 @@ class MemoryStore:
     def turn_count(self, user: str, session: str) -> int:
         return max(self._turns.get((user, session), {}), default=0)
 
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]:
+    def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]:
         rows = self._pages.get((user, session), {})
         keys = [k for k in sorted(rows) if k > after]
         return [rows[k][0] for k in keys], [rows[k][1] for k in keys]
@@ -217,29 +217,46 @@ class LanceStore:
 
     # -- writes ---------------------------------------------------------------------------------
     def put(self, batch: Batch) -> None:
-        import pyarrow as pa
-
-        schemas = self._schemas()
+        """Append what is new. Callers hold the sessions' locks (pager.home), so checking which keys
+        exist and then appending cannot race another local writer; a plain append is one new fragment,
+        where a merge would join against the whole table."""
         if batch.turns:
-            self._insert_new("turns", ["user", "session", "turn"], pa.Table.from_pylist(
-                [_turn_row(t) for t in batch.turns], schema=schemas["turns"]))
+            self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
         if batch.pages:
-            rows = [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)]
-            self._insert_new("pages", ["user", "session", "n"], pa.Table.from_pylist(rows, schema=schemas["pages"]))
+            self._append_new("pages", "n", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)])
         if batch.bookmarks:
-            rows = [{"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
-                     "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks]
-            self._insert_new("bookmarks", ["user", "session", "uid"], pa.Table.from_pylist(rows, schema=schemas["bookmarks"]))
+            self._append_new("bookmarks", "uid", [
+                {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
+                 "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
         if batch.states:
+            import pyarrow as pa
+
             now = time.time()
             rows = [{"user": u, "session": s, "state": json.dumps(v), "ts": now} for (u, s), v in batch.states.items()]
+            data = pa.Table.from_pylist(rows, schema=self._schemas()["states"])
             table = self._tables["states"]
             self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
-                        .when_not_matched_insert_all().execute(pa.Table.from_pylist(rows, schema=schemas["states"])))
+                        .when_not_matched_insert_all().execute(data))
 
-    def _insert_new(self, name: str, keys: list[str], data) -> None:
-        table = self._tables[name]
-        self._retry(lambda: table.merge_insert(keys).when_not_matched_insert_all().execute(data))
+    def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
+        import pyarrow as pa
+        from lancedb.expr import col, lit
+
+        groups: dict[tuple[str, str], list] = {}
+        for row in rows:
+            groups.setdefault((row["user"], row["session"]), []).append(row[key])
+        existing: set[tuple] = set()
+        for (user, session), keys in groups.items():
+            if isinstance(keys[0], str):
+                extra = None
+            else:
+                extra = (col(key) >= lit(min(keys))) & (col(key) <= lit(max(keys)))
+            existing |= {(user, session, r[key]) for r in self._rows(name, user, session, extra, columns=[key])}
+        fresh = [r for r in rows if (r["user"], r["session"], r[key]) not in existing]
+        unique = list({(r["user"], r["session"], r[key]): r for r in fresh}.values())
+        if unique:
+            data = pa.Table.from_pylist(unique, schema=self._schemas()[name])
+            self._retry(lambda: self._tables[name].add(data))
 
     @staticmethod
     def _retry(write, attempts: int = 8) -> None:
@@ -296,13 +313,18 @@ class LanceStore:
         rows = self._rows("turns", user, session, columns=["turn"])
         return max((r["turn"] for r in rows), default=0)
 
-    def pages(self, user: str, session: str, after: int = 0) -> tuple[list[Page], list[np.ndarray]]:
+    PAGE_COLUMNS = ["user", "session", "n", "text", "tokens", "spans", "speakers", "date_first", "date_last",
+                    "ts_first", "ts_last", "refs", "keywords", "importance"]
+
+    def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]:
         from lancedb.expr import col, lit
 
+        columns = self.PAGE_COLUMNS + (["pieces"] if with_vectors else [])
         # a page written twice (two machines sealing it at once) is the same page: keep one
-        rows = sorted({r["n"]: r for r in self._rows("pages", user, session, col("n") > lit(after))}.values(),
+        rows = sorted({r["n"]: r for r in self._rows("pages", user, session, col("n") > lit(after), columns)}.values(),
                       key=lambda r: r["n"])
-        vectors = [np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
+        vectors = ([np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
+                   if with_vectors else [])
         return [_page_from(r) for r in rows], vectors
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:
@@ -333,9 +355,10 @@ class LanceStore:
             table.checkout_latest()
 
     def compact(self, keep_seconds: float) -> None:
-        """Merge small fragments and drop versions older than keep_seconds."""
+        """Merge small fragments, drop versions older than keep_seconds, keep the session indexes current."""
         from datetime import timedelta
 
+        self._ensure_indexes()
         for table in self._tables.values():
             try:
                 with warnings.catch_warnings():  # a zero age is a deliberate setting (tests, single-process)
@@ -343,6 +366,22 @@ class LanceStore:
                     table.optimize(cleanup_older_than=timedelta(seconds=keep_seconds))
             except (OSError, RuntimeError, ValueError):
                 pass  # a concurrent writer won the race; the next compaction tries again
+
+    INDEX_MIN_ROWS = 20_000  # below this a filtered scan of the session column is as fast as the index
+
+    def _ensure_indexes(self) -> None:
+        """A BTREE index on `session` for the big tables, so opening one session reads only its rows."""
+        from lancedb.index import BTree
+
+        for name in ("pages", "turns"):
+            table = self._tables[name]
+            try:
+                if table.count_rows() < self.INDEX_MIN_ROWS:
+                    continue
+                if not any(list(getattr(i, "columns", [])) == ["session"] for i in table.list_indices()):
+                    table.create_index("session", config=BTree())
+            except (OSError, RuntimeError, ValueError):
+                pass  # another process is indexing; optimize() keeps an existing index current
 
     def stats(self) -> dict:
         files = versions = size = 0

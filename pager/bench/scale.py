@@ -1,0 +1,215 @@
+"""`pager bench scale --pages N`: what pager costs as memory grows.
+
+Builds a home of N pages across many sessions and users (synthetic conversation text,
+deterministic), then measures on one large session: durable ingest throughput, automatic
+paging plus assembly per turn, the `search` tool, a cold `pager search` process, peak RSS,
+bytes on disk per page, and LanceDB files and versions after compaction.
+
+The background sessions are bulk-written through the store (pages packed by the real
+packer, vectors drawn at random: they are on disk to be filtered past, never searched); the
+measured session gets real embeddings and is then extended turn by turn through the durable
+path, journal fsync included.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Config
+from ..context import build
+from ..home import Home
+from ..page import Packer, Turn
+from ..store import Batch
+from ..tokens import get_tokenizer
+
+WORDS = ("the a to and of we I you it that is was for on in with this my our team plan build deploy review "
+         "sync engine budget meeting offsite contract launch design test bug fix release customer data model "
+         "cache index query page memory frame policy latency disk journal report dashboard metrics alert "
+         "garden coffee lunch weekend trip train bike run marathon concert movie book recipe dinner family "
+         "kids dog cat school doctor appointment flight hotel beach mountain lake museum market river").split()
+NAMES = "Maya Sam Priya Jonas Petra Ottilie Ines Tomas Lena Arjun Chen Noor Felix Ada Kofi Sofia".split()
+MONTHS = "January February March April May June July August September October November December".split()
+
+
+class TextGenerator:
+    """Deterministic, conversation-like turns: Zipf-distributed words, names, numbers, dates."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        ranks = np.arange(1, len(WORDS) + 1)
+        self.p = (1 / ranks) / (1 / ranks).sum()
+
+    def turns(self, count: int) -> list[str]:
+        lengths = self.rng.integers(6, 40, size=count)
+        words = self.rng.choice(len(WORDS), size=int(lengths.sum()), p=self.p)
+        names = self.rng.integers(0, len(NAMES), size=count)
+        numbers = self.rng.integers(1, 5000, size=count)
+        days = self.rng.integers(1, 28, size=count)
+        months = self.rng.integers(0, 12, size=count)
+        out, at = [], 0
+        for i, n in enumerate(lengths):
+            body = " ".join(WORDS[w] for w in words[at : at + n])
+            at += n
+            out.append(f"{NAMES[names[i]]} said {body} around {numbers[i]} on {days[i]} {MONTHS[months[i]]}.")
+        return out
+
+
+def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_tokens: int, seed: int,
+                  embedder=None, start_ts: float = 1.7e9) -> tuple[int, int]:
+    """Write about `pages` pages of one session straight through the store; returns (pages, turns)."""
+    gen = TextGenerator(seed)
+    packer = Packer(session, tokenizer, page_tokens, user=user)
+    sealed: list = []
+    turns: list[Turn] = []
+    n = 0
+    rng = np.random.default_rng(seed + 1)
+    while len(sealed) < pages:
+        for text in gen.turns(256):
+            n += 1
+            turn = Turn(session, n, NAMES[n % len(NAMES)], text, "user", "", start_ts + n * 60.0, "", user)
+            turns.append(turn)
+            sealed.extend(packer.add(turn))
+            if len(sealed) >= pages:
+                break
+    last_turn = sealed[-1].last_turn
+    turns = [t for t in turns if t.turn <= last_turn]
+    if embedder is not None:
+        flat = [p.piece_text(i).split(": ", 1)[-1] for p in sealed for i in range(len(p.spans))]
+        vectors = embedder.embed(flat).astype(np.float16).astype(np.float32)
+    else:
+        vectors = rng.standard_normal((sum(len(p.spans) for p in sealed), 256)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    per_page, row = [], 0
+    for p in sealed:
+        per_page.append(vectors[row : row + len(p.spans)])
+        row += len(p.spans)
+    for i in range(0, len(sealed), 20_000):
+        # a page's last turn may continue on the next page: store turns up to the last whole one
+        store.put(Batch(turns=[t for t in turns if sealed[i].first_turn <= t.turn <= sealed[min(i + 20_000, len(sealed)) - 1].last_turn],
+                        pages=sealed[i : i + 20_000], vectors=per_page[i : i + 20_000]))
+    return len(sealed), len(turns)
+
+
+def _percentiles(values: list[float]) -> dict:
+    xs = np.array(values)
+    return {"p50": round(float(np.percentile(xs, 50)), 3), "p95": round(float(np.percentile(xs, 95)), 3),
+            "p99": round(float(np.percentile(xs, 99)), 3)}
+
+
+def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_turns: int = 4000,
+        queries: int = 300, progress: bool = True) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    config = Config(home=home_path, session="measured", user="u0")
+    measured_pages = measured_pages or max(200, min(10_000, pages // 10))
+    tokenizer = get_tokenizer(config.encoding)
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not progress, transient=True) as bar:
+        with Home(config) as home:
+            store, embedder = home.store, home.embedder
+            background = pages - measured_pages
+            per_session = 2_000
+            task = bar.add_task("building background sessions", total=background)
+            written, sessions = 0, 0
+            while written < background:
+                size = min(per_session, background - written)
+                got, _ = _bulk_session(store, tokenizer, f"u{sessions % 50}", f"s{sessions}", size,
+                                       config.page_tokens, seed=sessions + 10)
+                written += got
+                sessions += 1
+                bar.update(task, completed=min(written, background))
+            task = bar.add_task("building the measured session", total=1)
+            got, base_turns = _bulk_session(store, tokenizer, "u0", "measured", measured_pages, config.page_tokens,
+                                            seed=7, embedder=embedder)
+            bar.update(task, completed=1)
+            store.compact(0)
+            built_s = time.perf_counter() - started
+        total_pages = written + got
+        # open the measured session as a user would, and extend it through the durable path
+        with Home(config) as home:
+            t0 = time.perf_counter()
+            session = home.open()
+            open_s = time.perf_counter() - t0
+            gen = TextGenerator(99)
+            texts = gen.turns(ingest_turns)
+            task = bar.add_task("durable ingest", total=ingest_turns)
+            t0 = time.perf_counter()
+            for i in range(0, ingest_turns, 50):
+                session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(texts[i : i + 50])])
+                bar.update(task, completed=i + 50)
+            home.flush()
+            ingest_s = time.perf_counter() - t0
+            asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
+                    for i in range(queries)]
+            task = bar.add_task("paging + assembly per turn", total=queries)
+            paging, searching = [], []
+            for i, q in enumerate(asks):
+                t0 = time.perf_counter()
+                build(session, q, prefix="You are a helpful assistant.", budget=8192)
+                paging.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                session.search(q, k=5)
+                searching.append((time.perf_counter() - t0) * 1000)
+                bar.update(task, completed=i + 1)
+            session_pages = len(session.pages)
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        with Home(config) as home:
+            home.store.compact(0)
+            stats = home.store.stats()
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(home_path), "search", "budget review",
+                        "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
+        cold_s = time.perf_counter() - t0
+    raw = _raw_bytes(home_path)
+    return {
+        "pages": total_pages,
+        "sessions": sessions + 1,
+        "measured_session_pages": session_pages,
+        "build_s": round(built_s, 1),
+        "open_session_s": round(open_s, 3),
+        "ingest_turns_per_s": round(ingest_turns / ingest_s, 1),
+        "paging_ms": _percentiles(paging),
+        "search_ms": _percentiles(searching),
+        "cold_search_s": round(cold_s, 3),
+        "rss_mb": round(rss_mb, 1),
+        "disk_bytes_per_page": round(stats["bytes"] / max(total_pages, 1), 1),
+        "raw_text_and_vector_bytes_per_page": round(raw / max(total_pages, 1), 1),
+        "lance_files": stats["files"],
+        "lance_versions": stats["versions"],
+    }
+
+
+def _env(extra: dict) -> dict:
+    import os
+
+    return {**os.environ, **extra}
+
+
+def _raw_bytes(home_path: Path) -> int:
+    """Text of every turn and page plus one float16 vector per piece and a float32 page vector."""
+    import lancedb
+
+    db = lancedb.connect(str(home_path / "db"))
+    turns = db.open_table("turns").search().select(["text"]).limit(None).to_arrow().column("text")
+    pages = db.open_table("pages").search().select(["text", "pieces"]).limit(None).to_arrow()
+    text = sum(len(t.as_py().encode()) for t in turns) + sum(len(t.as_py().encode()) for t in pages.column("text"))
+    vectors = sum(len(b.as_py()) for b in pages.column("pieces")) + pages.num_rows * 256 * 4
+    return text + vectors
+
+
+def main(pages: int, out: Path | None, home: Path | None) -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pager-scale-") as folder:
+        report = run(pages, Path(home) if home else Path(folder))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=1) + "\n")
+    return report
