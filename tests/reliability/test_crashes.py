@@ -43,5 +43,7 @@ def test_sigkill_loses_no_acknowledged_turn(tmp_path, request, mode):
         got = run_until_killed(home, "crash", round_, mode, seconds=rng.uniform(1.8, 4.0))
         acked.setdefault("crash", []).extend(got)
         tmp_counts.append(_verify(home, ["crash"], acked))
-    assert sum(len(v) for v in acked.values()) > 0, "the driver acknowledged nothing; the test proved nothing"
+    total = sum(len(v) for v in acked.values())
+    assert total > 0, "the driver acknowledged nothing; the test proved nothing"
     assert max(tmp_counts) <= 2, f"temporary files pile up: {tmp_counts}"
+    print(f"\n{mode}: {rounds} SIGKILLs, {total} acknowledged turns, all present exactly once")
