@@ -124,12 +124,14 @@ class Home:
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
-        if len(s.index) == s.index_saved or len(s.index) < 200:
+        if (len(s.index) == s.index_saved and not s.index.vocabulary.grew) or len(s.index) < 200:
             return
         path = self._cache_path(s)
         try:
             path.parent.mkdir(exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            s.index.vectors()  # stack pending rows so the cache holds one array
+            s.index.vocabulary.grew = False
             with open(tmp, "wb") as fh:
                 pickle.dump(s.index, fh, protocol=5)
             os.replace(tmp, path)

@@ -146,6 +146,7 @@ class Vocabulary:
         self.dim, self.limit = dim, limit
         self._matrix = np.zeros((0, dim), dtype=np.float32)
         self._pending: list[str] = []
+        self.grew = False   # embeddings were added since the index was last saved
 
     def add(self, text: str) -> None:
         for word in set(_WORD.findall(text.lower())):
@@ -158,6 +159,7 @@ class Vocabulary:
         if self._pending:
             self._matrix = np.vstack([self._matrix, embedder.embed(self._pending)])
             self._pending = []
+            self.grew = True
         if not words or not len(self.words):
             return []
         sims = embedder.embed(words) @ self._matrix.T

@@ -59,6 +59,7 @@ class Session:
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
         self._headers: dict[int, tuple[tuple, str]] = {}
+        self._keyword_costs: dict[str, int] = {}
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self._load(state)
 
@@ -350,7 +351,8 @@ class Session:
         mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())
         self.directory.add(keywords, pages, note, mark.uid, first=source != "auto")
         self.pending.bookmarks.append((self.user, self.name, mark))
-        self._journal_op({"op": "bookmark", **mark.to_dict()})
+        if source != "auto":  # automatic ones are derived from the page text: no fsync on the eviction path
+            self._journal_op({"op": "bookmark", **mark.to_dict()})
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
         return mark
 
@@ -453,13 +455,34 @@ class Session:
         limit = header_reserve(self.page_tokens)
         base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
         text = f"[{page_id(n)}]"
-        for cut in range(len(keywords), -1, -1):
-            candidate = f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]"
-            if self.tokenizer.count(candidate) <= limit:
-                text = candidate
+        # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
+        room = limit - self.tokenizer.count(base + "]") - 3
+        cut, used = 0, 0
+        for keyword in keywords:
+            used += self._keyword_tokens(keyword) + 1
+            if used > room:
                 break
+            cut += 1
+        def render(k: int) -> str:
+            return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
+
+        for cut in range(cut, -1, -1):  # the estimate is cautious: step down until it fits ...
+            if self.tokenizer.count(render(cut)) <= limit:
+                text = render(cut)
+                break
+        else:
+            cut = -1
+        while 0 <= cut < len(keywords) and self.tokenizer.count(render(cut + 1)) <= limit:
+            cut += 1  # ... then up while one more keyword still fits
+            text = render(cut)
         self._headers[n] = (key, text)
         return text
+
+    def _keyword_tokens(self, keyword: str) -> int:
+        cost = self._keyword_costs.get(keyword)
+        if cost is None:
+            cost = self._keyword_costs[keyword] = self.tokenizer.count(" " + keyword)
+        return cost
 
     def checkpoint(self) -> tuple:
         """The paging state (not the pages): restore() returns to it exactly."""

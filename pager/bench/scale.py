@@ -78,6 +78,12 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
             sealed.extend(packer.add(turn))
             if len(sealed) >= pages:
                 break
+    if embedder is not None:  # the measured session's pages get their automatic bookmarks, as sealing gives them
+        from dataclasses import replace
+
+        from ..bookmarks import extract
+
+        sealed = [replace(p, keywords=tuple(extract(p.text))) for p in sealed]
     last_turn = sealed[-1].last_turn
     turns = [t for t in turns if t.turn <= last_turn]
     if embedder is not None:
@@ -213,3 +219,43 @@ def main(pages: int, out: Path | None, home: Path | None) -> dict:
     if out:
         Path(out).write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def plot(reports: list[dict], out: Path) -> None:
+    """Paging, search and cold-start latency against pages in the home (log scale), to a PNG."""
+    import logging
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib.pyplot as plt
+
+    reports = sorted(reports, key=lambda r: r["pages"])
+    xs = [r["pages"] for r in reports]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=120)
+    for key, label, style in (("paging_ms", "automatic paging + assembly", "o-"), ("search_ms", "search tool", "s-")):
+        for q, alpha in (("p50", 1.0), ("p95", 0.55)):
+            left.plot(xs, [r[key][q] for r in reports], style, alpha=alpha, label=f"{label} {q}")
+    left.axhline(10, color="grey", linestyle=":", linewidth=1)
+    left.set_xscale("log")
+    left.set_xlabel("pages in the home")
+    left.set_ylabel("ms per turn")
+    left.set_title("per-turn cost")
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    right.plot(xs, [r["cold_search_s"] for r in reports], "o-", label="cold `pager search` (s)")
+    right.plot(xs, [r["open_session_s"] for r in reports], "s-", label="open the session (s)")
+    right.set_xscale("log")
+    right.set_xlabel("pages in the home")
+    right.set_ylabel("seconds")
+    right.set_title("cold start")
+    right.legend(fontsize=7)
+    right.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+if __name__ == "__main__":  # python -m pager.bench.scale OUT.png REPORT.json...
+    plot([json.loads(Path(p).read_text()) for p in sys.argv[2:]], Path(sys.argv[1]))
