@@ -245,12 +245,14 @@ class Home:
         s._embed_pending()
         return recovered
 
+    TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
+
     def _sweep_tmp(self) -> None:
         """Remove temporary files a killed LanceDB writer left under the local store."""
         uri = self.config.db_uri
         if "://" in uri or not Path(uri).exists():
             return
-        cutoff = time.time() - 60
+        cutoff = time.time() - self.TMP_AGE_S
         for tmp in Path(uri).glob("*/data/.tmp*"):
             try:
                 if tmp.stat().st_mtime < cutoff:

@@ -1,6 +1,7 @@
 """SIGKILL at random points, many times: every acknowledged turn is there exactly once afterwards."""
 
 import random
+import time
 
 import pytest
 
@@ -29,6 +30,9 @@ def _verify(home_path, sessions, acked):
     journal = list((home_path / "journal").glob("*.jsonl"))
     assert not journal, f"journal segments left after a clean close: {journal}"
     tmp = list((home_path / "db").glob("*/data/.tmp*")) if (home_path / "db").exists() else []
+    # a killed writer may leave one; the next process sweeps those old enough to belong to no live write
+    stale = [p for p in tmp if time.time() - p.stat().st_mtime > Home.TMP_AGE_S + 5]
+    assert not stale, f"temporary files were not swept: {stale}"
     return len(tmp)
 
 
@@ -40,10 +44,12 @@ def test_sigkill_loses_no_acknowledged_turn(tmp_path, request, mode):
     rounds = kills(request, short=2, long=18)
     tmp_counts = []
     for round_ in range(rounds):
-        got = run_until_killed(home, "crash", round_, mode, seconds=rng.uniform(1.8, 4.0))
+        # chatting imports litellm first (seconds): give that mode longer lives so kills land mid-turn
+        window = (5.0, 11.0) if mode == "mixed" else (1.8, 4.0)
+        got = run_until_killed(home, "crash", round_, mode, seconds=rng.uniform(*window))
         acked.setdefault("crash", []).extend(got)
         tmp_counts.append(_verify(home, ["crash"], acked))
     total = sum(len(v) for v in acked.values())
     assert total > 0, "the driver acknowledged nothing; the test proved nothing"
-    assert max(tmp_counts) <= 2, f"temporary files pile up: {tmp_counts}"
+    assert max(tmp_counts) <= rounds, f"more temporary files than kills: {tmp_counts}"
     print(f"\n{mode}: {rounds} SIGKILLs, {total} acknowledged turns, all present exactly once")
