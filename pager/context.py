@@ -96,45 +96,58 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
 
 def assemble(session: Session, message: str, prefix: str, budget: int, fixed: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0) -> Context:
+    """Render the regions and count them exactly.
+
+    Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
+    block always starts with "[" and a separator is "\n\n", and in the tiktoken encodings pager uses
+    a pre-token never runs from newlines into a following "[" or "#" (the property test recounts the
+    whole prompt to hold this), so the sum is the exact count of the joined text while each block's
+    count is computed once per page, not once per turn.
+    """
     count = session.tokenizer.count
     shown: list[int] = []
     blocks: list[str] = []
+    costs: list[int] = []
     for n in session.resident():
         body = session.body(n, hide_turn)
         if body is None:
             continue
         shown.append(n)
-        blocks.append(session.header(n) + "\n" + body)
+        header = session.header(n)
+        blocks.append(header + "\n" + body)
+        costs.append(session.block_tokens(n, header, blocks[-1], SEPARATOR))
     memory_map = render_map(session, map_reserve, [h.n for h in hits])
+    prefix_tokens = count(prefix) if prefix else 0
+    message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
 
-    def make() -> Context:
-        memory = memory_map + (SEPARATOR + SEPARATOR.join(blocks) if blocks else "")
-        return Context(prefix, memory, message, list(shown), {}, session.frames.count, budget)
+    def memory_tokens() -> int:
+        if not blocks:
+            return count(memory_map)
+        return count(memory_map + SEPARATOR) + sum(costs)
 
-    def total(ctx: Context) -> int:
+    def total(memory: int) -> int:
         if not chat:
-            return count(ctx.memory)
-        return message_tokens(session, ctx.messages()) + REPLY_PRIMING + scratch_tokens
+            return memory
+        system = count(prefix + SEPARATOR) + memory if prefix else memory
+        return MESSAGE_OVERHEAD + system + message_part + REPLY_PRIMING + scratch_tokens
 
-    ctx = make()
-    used = total(ctx)
+    memory = memory_tokens()
+    used = total(memory)
+    dropped: list[int] = []
     while used > budget and blocks:
         # by construction this does not happen; if it ever does, show less rather than overflow
         victim = min(range(len(shown)), key=lambda i: session.table[shown[i]].last_use)
-        ctx.dropped.append(shown.pop(victim))
+        dropped.append(shown.pop(victim))
         blocks.pop(victim)
-        dropped = ctx.dropped
-        ctx = make()
-        ctx.dropped = dropped
-        used = total(ctx)
-    prefix_tokens = count(prefix) if prefix else 0
-    message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
-    memory_tokens = used if not chat else used - message_part - REPLY_PRIMING - scratch_tokens - MESSAGE_OVERHEAD - (
-        prefix_tokens + count(SEPARATOR) if prefix else 0)
+        costs.pop(victim)
+        memory = memory_tokens()
+        used = total(memory)
+    text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
+    ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     map_tokens = count(memory_map)
-    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "pages": memory_tokens - map_tokens,
-                  "memory": memory_tokens, "message": message_part and message_part - MESSAGE_OVERHEAD,
-                  "scratch": scratch_tokens, "total": used}
+    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "pages": memory - map_tokens, "memory": memory,
+                  "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
+                  "total": used}
     return ctx
 
 

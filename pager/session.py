@@ -60,6 +60,7 @@ class Session:
         self._unembedded: list[Page] = []
         self._headers: dict[int, tuple[tuple, str]] = {}
         self._keyword_costs: dict[str, int] = {}
+        self._block_costs: dict[int, tuple[str, int]] = {}
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self._load(state)
 
@@ -477,6 +478,16 @@ class Session:
             text = render(cut)
         self._headers[n] = (key, text)
         return text
+
+    def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
+        """Tokens of a page's block with the separator that follows it; cached for sealed pages."""
+        cached = self._block_costs.get(n)
+        if cached and cached[0] == header and n != self.tail_n:
+            return cached[1]
+        cost = self.tokenizer.count(block + separator)
+        if n != self.tail_n:
+            self._block_costs[n] = (header, cost)
+        return cost
 
     def _keyword_tokens(self, keyword: str) -> int:
         cost = self._keyword_costs.get(keyword)
