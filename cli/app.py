@@ -204,9 +204,9 @@ def search(
     with open_home(config) as home:
         s = home.open()
         hits = s.search(query, k=k, record=False)
-        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.page_dates(h.n),
+        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
-                 "snippet": s.snippet(h)} for h in hits]
+                 "snippet": s.render.snippet(h)} for h in hits]
         if json_out:
             typer.echo(json.dumps({"session": s.name, "query": query, "results": rows}, ensure_ascii=False))
             return

@@ -178,7 +178,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                 table.add_column(col, overflow="fold")
             for hit in session.search(arg, k=8):
                 table.add_row(hit.id + (" *" if session.table[hit.n].resident else ""), f"{hit.score:.2f}",
-                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), session.snippet(hit, 100))
+                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), session.render.snippet(hit, 100))
             console.print(table)
         elif name == "/stats":
             st = session.stats()

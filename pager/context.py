@@ -109,13 +109,13 @@ def assemble(session: Session, message: str, prefix: str, budget: int, fixed: in
     blocks: list[str] = []
     costs: list[int] = []
     for n in session.resident():
-        body = session.body(n, hide_turn)
+        body = session.render.body(n, hide_turn)
         if body is None:
             continue
         shown.append(n)
-        header = session.header(n)
+        header = session.render.header(n)
         blocks.append(header + "\n" + body)
-        costs.append(session.block_tokens(n, header, blocks[-1], SEPARATOR))
+        costs.append(session.render.block_tokens(n, header, blocks[-1], SEPARATOR))
     memory_map = render_map(session, map_reserve, [h.n for h in hits])
     prefix_tokens = count(prefix) if prefix else 0
     message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0

@@ -79,16 +79,16 @@ def _ask(session, questions, console: Console) -> list[tuple[str, list[str], boo
         context = build(session, question, chat=False)
         session.events.listeners.remove(events.append)
         faulted = [e.data["page"] for e in events if e.kind == "fault"]
-        holder = next((n for n in context.pages if needle in (session.body(n) or "")), None)
+        holder = next((n for n in context.pages if needle in (session.render.body(n) or "")), None)
         quote = ""
         if holder is not None:
-            quote = next(line for line in session.body(holder).splitlines() if needle in line)
+            quote = next(line for line in session.render.body(holder).splitlines() if needle in line)
         console.print(f"  [bold]Q:[/] {question}")
         console.print("     faulted in:", ", ".join(faulted) or "none (already resident)",
                       f"· evicted {sum(e.kind == 'evict' for e in events)}")
         console.print("    ", views.frame_strip(session, {int(p[1:]) for p in faulted}))
         if holder is not None:
-            console.print(f"     [green]✓[/] p{holder} ({session.page_dates(holder)}) is in the prompt: “{quote[:110]}”")
+            console.print(f"     [green]✓[/] p{holder} ({session.render.page_dates(holder)}) is in the prompt: “{quote[:110]}”")
         else:
             console.print(f"     [red]✗[/] the page holding “{needle}” is not resident")
         results.append((question, faulted, holder is not None, quote))

@@ -18,9 +18,10 @@ import numpy as np
 from . import bookmarks as bm
 from .errors import BudgetError, InputError, PageNotFound
 from .frames import Frames
-from .page import Packer, Page, Turn, header_reserve, page_id, parse_page_id
+from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
+from .render import Renderer
 from .search import Hit, Index, terms
 from .store import Batch
 from .trace import Events
@@ -58,9 +59,7 @@ class Session:
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
-        self._headers: dict[int, tuple[tuple, str]] = {}
-        self._keyword_costs: dict[str, int] = {}
-        self._block_costs: dict[int, tuple[str, int]] = {}
+        self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self._load(state)
 
@@ -387,19 +386,6 @@ class Session:
             return None
         return Hit(self.tail_n, round(best / len(wanted), 4), {"tail": best}, piece=-1 - where)
 
-    def snippet(self, hit: Hit, width: int = 160) -> str:
-        """The hit's best piece of text, on one line, cut to width characters."""
-        if hit.n == self.tail_n:
-            pieces = self.packer.pieces
-            text = pieces[-1 - hit.piece].line if pieces and 0 <= -1 - hit.piece < len(pieces) else ""
-        else:
-            page = self.pages[hit.n]
-            first = self.index.page_pieces[hit.n][0]
-            i = hit.piece - first if 0 <= hit.piece - first < len(page.spans) else 0
-            text = page.piece_text(i) if page.lines else page.text
-        text = " ".join(text.split())
-        return text if len(text) <= width else text[: width - 1] + "…"
-
     def autopage(self, query: str, share: float | None = None, min_score: float | None = None) -> list[Hit]:
         """Fault in the pages the query needs, with read-ahead, within a share of the frames."""
         cfg = self.home.config
@@ -428,72 +414,6 @@ class Session:
     # -- views ----------------------------------------------------------------------------------------
     def resident(self) -> list[int]:
         return sorted(n for n in self.frames.slots if n is not None)
-
-    def body(self, n: int, hide_turn: int = 0) -> str | None:
-        """Text of page n as the model sees it; the current message is shown once, as the message."""
-        if n == self.tail_n:
-            pieces = [p for p in self.packer.pieces if p.turn.turn != hide_turn]
-            return "\n".join(p.line for p in pieces) if pieces else None
-        page = self.pages[n]
-        if hide_turn and all(t == hide_turn for t, _, _ in page.spans):
-            return None
-        return page.text
-
-    def page_dates(self, n: int) -> str:
-        if n == self.tail_n:
-            pieces = self.packer.pieces
-            return pieces[0].turn.date if pieces else ""
-        return self.pages[n].date_first
-
-    def header(self, n: int) -> str:
-        """`[p42 · 8 May 2023 · bookmarks: a, b]`, with as many bookmarks as fit the header reserve."""
-        date = self.page_dates(n)
-        keywords = tuple(self.directory.keywords(n)[:4])
-        key = (n, date, keywords)
-        cached = self._headers.get(n)
-        if cached and cached[0] == key:
-            return cached[1]
-        limit = header_reserve(self.page_tokens)
-        base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
-        text = f"[{page_id(n)}]"
-        # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
-        room = limit - self.tokenizer.count(base + "]") - 3
-        cut, used = 0, 0
-        for keyword in keywords:
-            used += self._keyword_tokens(keyword) + 1
-            if used > room:
-                break
-            cut += 1
-        def render(k: int) -> str:
-            return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
-
-        for cut in range(cut, -1, -1):  # the estimate is cautious: step down until it fits ...
-            if self.tokenizer.count(render(cut)) <= limit:
-                text = render(cut)
-                break
-        else:
-            cut = -1
-        while 0 <= cut < len(keywords) and self.tokenizer.count(render(cut + 1)) <= limit:
-            cut += 1  # ... then up while one more keyword still fits
-            text = render(cut)
-        self._headers[n] = (key, text)
-        return text
-
-    def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
-        """Tokens of a page's block with the separator that follows it; cached for sealed pages."""
-        cached = self._block_costs.get(n)
-        if cached and cached[0] == header and n != self.tail_n:
-            return cached[1]
-        cost = self.tokenizer.count(block + separator)
-        if n != self.tail_n:
-            self._block_costs[n] = (header, cost)
-        return cost
-
-    def _keyword_tokens(self, keyword: str) -> int:
-        cost = self._keyword_costs.get(keyword)
-        if cost is None:
-            cost = self._keyword_costs[keyword] = self.tokenizer.count(" " + keyword)
-        return cost
 
     def checkpoint(self) -> tuple:
         """The paging state (not the pages): restore() returns to it exactly."""

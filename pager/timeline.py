@@ -55,7 +55,7 @@ def collect(path: Path) -> Timeline:
             tail=session.tail_n, tokens=dict(ctx.tokens)))
         for n in session.frames.slots:
             if n is not None and n not in timeline.pages:
-                timeline.pages[n] = session.header(n) + "\n" + (session.body(n) or "")
+                timeline.pages[n] = session.render.header(n) + "\n" + (session.render.body(n) or "")
 
     replay(path, on_context=on_context)
     return timeline

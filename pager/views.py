@@ -53,7 +53,7 @@ def frame_table(session: Session) -> Table:
         filled = round(10 * tokens / cap)
         flags = " ".join(f for f, on in (("tail", n == session.tail_n), ("pinned", e.pinned), ("ref", e.referenced)) if on)
         table.add_row(str(slot), f"p{n}", str(tokens), "█" * filled + "░" * (10 - filled), flags,
-                      session.page_dates(n), ", ".join(session.directory.keywords(n)[:4]))
+                      session.render.page_dates(n), ", ".join(session.directory.keywords(n)[:4]))
     return table
 
 
@@ -66,7 +66,7 @@ def page_table(session: Session, limit: int = 40) -> Table:
     for e in sorted(entries, key=lambda e: e.n):
         table.add_row(f"p{e.n}", "yes" if e.resident else "", str(e.frame) if e.resident else "",
                       "yes" if e.pinned else "", "1" if e.referenced else "", str(e.last_use), str(e.use_count),
-                      str(e.fault_count), str(e.tokens), session.page_dates(e.n) if e.n in session.pages else "")
+                      str(e.fault_count), str(e.tokens), session.render.page_dates(e.n) if e.n in session.pages else "")
     return table
 
 

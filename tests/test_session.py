@@ -97,13 +97,13 @@ def test_header_fits_its_reserve_and_shows_date_and_model_bookmarks(mem_home):
     s = mem_home.open("a")
     s.append("maya", "We chose Yjs over operational transform for the Loom sync engine.", date="8 May 2023")
     say(s, 40)
-    assert s.header(1).startswith("[p1 · 8 May 2023")
+    assert s.render.header(1).startswith("[p1 · 8 May 2023")
     s.bookmark([1], ["Yjs"], "the sync decision")
-    header = s.header(1)
+    header = s.render.header(1)
     assert header.startswith("[p1 · 8 May 2023 · bookmarks: Yjs")  # the model's bookmark comes first
     assert s.tokenizer.count(header) <= header_reserve(s.page_tokens)
     s.bookmark([1], ["a very long keyword that cannot possibly fit into a page header"], "")
-    assert s.tokenizer.count(s.header(1)) <= header_reserve(s.page_tokens)
+    assert s.tokenizer.count(s.render.header(1)) <= header_reserve(s.page_tokens)
 
 
 def test_current_message_is_shown_once(mem_home):

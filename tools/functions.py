@@ -39,8 +39,8 @@ def search(session: Session, query: str, k: int = 5) -> str:
     for hit in hits:
         where = "resident" if session.table[hit.n].resident else "on disk"
         marks = ", ".join(session.directory.keywords(hit.n)[:4])
-        lines.append(f"- p{hit.n} ({session.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
-                     f"{', bookmarks: ' + marks if marks else ''}): {session.snippet(hit, SNIPPET_CHARS)}")
+        lines.append(f"- p{hit.n} ({session.render.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
+                     f"{', bookmarks: ' + marks if marks else ''}): {session.render.snippet(hit, SNIPPET_CHARS)}")
     return "\n".join(lines)
 
 

@@ -71,7 +71,7 @@ with Home(Config(home=sys.argv[1], embedder="hash")) as home:
     print("ready", flush=True)
     sys.stdin.readline()
     hits = s.search("lighthouse keeper", k=3)
-    print("seen" if any("lighthouse keeper" in s.snippet(h) for h in hits) else "missed", s.turn_count, flush=True)
+    print("seen" if any("lighthouse keeper" in s.render.snippet(h) for h in hits) else "missed", s.turn_count, flush=True)
 """
 
 

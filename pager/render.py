@@ -1,0 +1,103 @@
+"""How a page appears in the prompt: its header, its body, its token cost, a snippet of it.
+
+Headers and block costs are cached per page (a sealed page's body never changes; its header
+changes only when its bookmarks do), so a page costs tokenizer time once, when first shown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .page import header_reserve, page_id
+from .search import Hit
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Renderer:
+    def __init__(self, session: "Session") -> None:
+        self.s = session
+        self._headers: dict[int, tuple[tuple, str]] = {}
+        self._keyword_costs: dict[str, int] = {}
+        self._block_costs: dict[int, tuple[str, int]] = {}
+
+    def body(self, n: int, hide_turn: int = 0) -> str | None:
+        """Text of page n as the model sees it; the current message is shown once, as the message."""
+        if n == self.s.tail_n:
+            pieces = [p for p in self.s.packer.pieces if p.turn.turn != hide_turn]
+            return "\n".join(p.line for p in pieces) if pieces else None
+        page = self.s.pages[n]
+        if hide_turn and all(t == hide_turn for t, _, _ in page.spans):
+            return None
+        return page.text
+
+    def page_dates(self, n: int) -> str:
+        """The date a page starts on (the open tail's first turn for the tail)."""
+        if n == self.s.tail_n:
+            pieces = self.s.packer.pieces
+            return pieces[0].turn.date if pieces else ""
+        return self.s.pages[n].date_first
+
+    def header(self, n: int) -> str:
+        """`[p42 · 8 May 2023 · bookmarks: a, b]`, with as many bookmarks as fit the header reserve."""
+        date = self.page_dates(n)
+        keywords = tuple(self.s.directory.keywords(n)[:4])
+        key = (n, date, keywords)
+        cached = self._headers.get(n)
+        if cached and cached[0] == key:
+            return cached[1]
+        limit = header_reserve(self.s.page_tokens)
+        base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
+        text = f"[{page_id(n)}]"
+        # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
+        room = limit - self.s.tokenizer.count(base + "]") - 3
+        cut, used = 0, 0
+        for keyword in keywords:
+            used += self._keyword_tokens(keyword) + 1
+            if used > room:
+                break
+            cut += 1
+        def render(k: int) -> str:
+            return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
+
+        for cut in range(cut, -1, -1):  # the estimate is cautious: step down until it fits ...
+            if self.s.tokenizer.count(render(cut)) <= limit:
+                text = render(cut)
+                break
+        else:
+            cut = -1
+        while 0 <= cut < len(keywords) and self.s.tokenizer.count(render(cut + 1)) <= limit:
+            cut += 1  # ... then up while one more keyword still fits
+            text = render(cut)
+        self._headers[n] = (key, text)
+        return text
+
+    def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
+        """Tokens of a page's block with the separator that follows it; cached for sealed pages."""
+        cached = self._block_costs.get(n)
+        if cached and cached[0] == header and n != self.s.tail_n:
+            return cached[1]
+        cost = self.s.tokenizer.count(block + separator)
+        if n != self.s.tail_n:
+            self._block_costs[n] = (header, cost)
+        return cost
+
+    def _keyword_tokens(self, keyword: str) -> int:
+        cost = self._keyword_costs.get(keyword)
+        if cost is None:
+            cost = self._keyword_costs[keyword] = self.s.tokenizer.count(" " + keyword)
+        return cost
+
+    def snippet(self, hit: Hit, width: int = 160) -> str:
+        """The hit's best piece of text, on one line, cut to width characters."""
+        if hit.n == self.s.tail_n:
+            pieces = self.s.packer.pieces
+            text = pieces[-1 - hit.piece].line if pieces and 0 <= -1 - hit.piece < len(pieces) else ""
+        else:
+            page = self.s.pages[hit.n]
+            first = self.s.index.page_pieces[hit.n][0]
+            i = hit.piece - first if 0 <= hit.piece - first < len(page.spans) else 0
+            text = page.piece_text(i) if page.lines else page.text
+        text = " ".join(text.split())
+        return text if len(text) <= width else text[: width - 1] + "…"
