@@ -112,3 +112,20 @@ def test_current_message_is_shown_once(mem_home):
     t = s.append("maya", "a unique question about zebras?")
     ctx = build(s, t.text, prefix="sys", hide_turn=t.turn)
     assert ctx.system.count("zebras") == 0 and ctx.message.count("zebras") == 1
+
+
+def test_memory_pressure_tells_the_model_what_goes_next(mem_home):
+    from pager.context import next_victims
+
+    s = mem_home.open("a")
+    say(s, 200)
+    ctx = build(s, "anything about w3x1?", chat=False, budget=1024)
+    upcoming = next_victims(s, 2)
+    assert s.frames.used() / s.frames.count >= s.home.config.pressure
+    assert "memory pressure is high" in ctx.memory
+    assert f"will evict p{upcoming[0]}, p{upcoming[1]} next" in ctx.memory
+    assert "Bookmark what you will need again, or page_out" in ctx.memory
+    # predicting runs the policy on copies: the page table and the CLOCK hand are untouched
+    table, hand = s.table.snapshot(), s.policy.hand
+    assert next_victims(s, 2) == upcoming
+    assert s.table.snapshot() == table and s.policy.hand == hand
