@@ -21,7 +21,7 @@ from pager.errors import PagerError
 from pager.home import Home
 from pager.llm import OFFLINE, LiteLLMModel, preload, register
 from pager.offline import OfflineShell
-from pager.session import Session
+from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin
 
 HELP = """commands:
@@ -104,6 +104,7 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
     loading = preload()
     with home_factory(config) as home:
         session = home.open()
+        settle()
         writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")
         session.events.listeners.append(writer)
         printer = StepPrinter(console)

@@ -15,7 +15,6 @@ sessions.
 from __future__ import annotations
 
 import fcntl
-import gc
 import hashlib
 import os
 import pickle
@@ -100,9 +99,6 @@ class Home:
             s = Session(self, key[0], key[1], policy)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
-            # A loaded session is hundreds of thousands of long-lived objects; without this every full
-            # garbage collection walks them all, a 20-50 ms pause in the middle of some turn.
-            gc.freeze()
         return self.sessions[key]
 
     # -- the index cache: a session's search index, kept on local disk between processes -------------------

@@ -60,6 +60,9 @@ def build(toolkit: Toolkit):
 
 def serve(toolkit: Toolkit) -> None:
     """Serve on stdin/stdout until the client closes the stream."""
+    from pager.session import settle
+
+    settle()
     try:
         build(toolkit).run("stdio")
     finally:

@@ -26,6 +26,7 @@ from ..config import Config
 from ..context import build
 from ..home import Home
 from ..page import Packer, Turn
+from ..session import settle
 from ..store import Batch
 from ..tokens import get_tokenizer
 
@@ -144,6 +145,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             t0 = time.perf_counter()
             session = home.open()
             open_s = time.perf_counter() - t0
+            settle()  # as the REPL and the MCP server do
             gen = TextGenerator(99)
             texts = gen.turns(ingest_turns)
             task = bar.add_task("durable ingest", total=ingest_turns)
