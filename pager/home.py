@@ -102,10 +102,8 @@ class Home:
         return self.sessions[key]
 
     # -- the index cache: a session's search index, kept on local disk between processes -------------------
-    INDEX_FORMAT = 1
-
     def _cache_path(self, s) -> Path:
-        key = f"{self.config.db_uri}\x00{s.user}\x00{s.name}\x00{self.config.embedder}\x00{self.INDEX_FORMAT}"
+        key = f"{self.config.db_uri}\x00{s.user}\x00{s.name}\x00{self.config.embedder}"
         return self.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
 
     def cached_index(self, s):
@@ -114,9 +112,12 @@ class Home:
         path = self._cache_path(s)
         try:
             with open(path, "rb") as fh:
-                return pickle.load(fh)
-        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
+                index = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
             return None
+        from .search import Index
+
+        return index if isinstance(index, Index) else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""

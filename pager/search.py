@@ -171,12 +171,16 @@ class Vocabulary:
         return out
 
 
+INDEX_FORMAT = 2  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+
+
 class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
     WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35}
 
     def __init__(self, dim: int) -> None:
+        self.format = INDEX_FORMAT
         self.dim = dim
         self.bm25 = BM25()
         self.vocabulary = Vocabulary(dim)
@@ -199,7 +203,10 @@ class Index:
         return n in self.page_pieces
 
     def fits(self, pages: list[Page]) -> bool:
-        """Was this index built from exactly these pages (pages are immutable, so count and ends suffice)?"""
+        """Was this index built, by this version of the code, from exactly these pages (pages are
+        immutable, so count and ends suffice)?"""
+        if getattr(self, "format", None) != INDEX_FORMAT:
+            return False
         return len(pages) == len(self.page_pieces) and (not pages or (
             pages[0].n in self.page_pieces and self._last_page == pages[-1].n
             and len(self.page_pieces[pages[-1].n]) == len(pages[-1].spans)))

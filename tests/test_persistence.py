@@ -102,3 +102,27 @@ with Home(cfg) as home:
         assert len(texts) >= acked, f"acknowledged {acked}, found {len(texts)}"
         assert out["turns"] == len(texts)
     assert not list((tmp_path / "h" / "journal").glob("*.jsonl")), "recovered segments are removed"
+
+
+def test_the_index_cache_is_used_and_a_stale_or_damaged_one_is_ignored(tmp_path):
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    cfg = Config(home=tmp_path / "h", page_tokens=64, embedder="hash")
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        s = home.open("c")
+        s.append_many([{"speaker": "ann", "text": f"note {i} about topic{i % 13} and the harbour"} for i in range(1000)])
+        assert len(s.index) >= 200  # smaller sessions are not worth a cache file
+        expected = [h.n for h in s.search("topic7 harbour", k=5)]
+    caches = list((tmp_path / "h" / "cache").glob("*.index"))
+    assert len(caches) == 1
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        s = home.open("c")
+        assert s.index_saved == len(s.index)  # loaded from the cache
+        assert [h.n for h in s.search("topic7 harbour", k=5)] == expected
+    caches[0].write_bytes(b"not a pickle")
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        s = home.open("c")
+        assert s.index_saved == -1  # rebuilt from the store
+        assert [h.n for h in s.search("topic7 harbour", k=5)] == expected
