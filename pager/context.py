@@ -91,10 +91,10 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         )
     session.resize(frames)
     hits = session.autopage(message) if autopage and message else []
-    return assemble(session, message, prefix, budget, fixed, map_reserve, hits, hide_turn, chat, scratch_tokens)
+    return assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens)
 
 
-def assemble(session: Session, message: str, prefix: str, budget: int, fixed: int, map_reserve: int,
+def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0) -> Context:
     """Render the regions and count them exactly.
 

@@ -40,7 +40,7 @@ def litellm():
             module.suppress_debug_info = True
             module.set_verbose = False
             module.telemetry = False
-            module.custom_provider_map = [{"provider": "pager", "custom_handler": _Router()}]
+            module.custom_provider_map = [{"provider": "pager", "custom_handler": _router_class()()}]
             _module = module
     return _module
 
@@ -72,13 +72,6 @@ def _router_class():
             return ModelResponse(model=model, choices=[{"message": {"role": "assistant", **reply}, "finish_reason": finish}])
 
     return Router
-
-
-class _Router:
-    """Defers building the CustomLLM subclass until litellm is imported."""
-
-    def __new__(cls):
-        return _router_class()()
 
 
 @dataclass

@@ -176,16 +176,6 @@ class Packer:
         self.next_n += 1
         return page
 
-    def tail(self) -> Page:
-        """The open page as it stands (possibly empty), numbered as it will be sealed."""
-        pieces = self.pieces
-        if not pieces:
-            return Page(self.session, self.next_n, "", 0, (), user=self.user)
-        saved = (self.pieces, self.body_tokens, self.next_n)
-        page = self.seal()
-        self.pieces, self.body_tokens, self.next_n = saved
-        return page
-
     def _line(self, turn: Turn, start: int, chunk: str) -> str:
         marker = ""
         previous = self.pieces[-1].turn if self.pieces else None

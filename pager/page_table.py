@@ -29,16 +29,17 @@ class Entry:
 class PageTable(dict[int, Entry]):
     """page number → Entry, with a compact snapshot for persistence."""
 
-    STATE_FIELDS = ("resident", "frame", "pinned", "referenced", "last_use", "use_count", "fault_count")
+    STATE_FIELDS = ("resident", "frame", "pinned", "referenced", "last_use", "use_count", "fault_count", "relevance")
 
     def resident(self) -> list[Entry]:
         return sorted((e for e in self.values() if e.resident), key=lambda e: e.n)
 
-    def snapshot(self) -> dict:
-        """Entries that differ from a never-used page, as {n: [fields…]}."""
+    def snapshot(self, every: bool = False) -> dict:
+        """Entries as {n: [fields…]}: those that differ from a never-used page, or `every` one
+        (replay needs every one: its pages were all just written, so none is never-used)."""
         fields = self.STATE_FIELDS
         return {str(e.n): [getattr(e, f) for f in fields] for e in self.values()
-                if e.resident or e.pinned or e.use_count or e.fault_count}
+                if every or e.resident or e.pinned or e.use_count or e.fault_count}
 
     def restore(self, rows: dict) -> None:
         for key, values in rows.items():

@@ -199,9 +199,6 @@ class Index:
     def __len__(self) -> int:
         return len(self.page_pieces)
 
-    def __contains__(self, n: int) -> bool:
-        return n in self.page_pieces
-
     def fits(self, pages: list[Page]) -> bool:
         """Was this index built, by this version of the code, from exactly these pages (pages are
         immutable, so count and ends suffice)?"""

@@ -437,27 +437,20 @@ class Session:
         self.frames.table, self.frames.policy, self.frames.slots = self.table, self.policy, list(slots)
         self.in_use = set()
 
-    def paging_state(self) -> dict:
-        """Everything replay needs to resume paging exactly: entries, frame slots, clock hand, counters."""
-        return {"table": {str(n): [e.resident, e.frame, e.pinned, e.referenced, e.last_use, e.use_count,
-                                   e.fault_count, e.relevance] for n, e in self.table.items() if n in self.pages or n == self.tail_n},
-                "slots": list(self.frames.slots), "tick": self.tick, "counters": dict(self.counters),
-                "policy": self.policy.name, "hand": getattr(self.policy, "hand", 0)}
+    def paging_state(self, every: bool = True) -> dict:
+        """The page table, frame slots, CLOCK hand and counters: what replay resumes from exactly,
+        and (with only the used entries) what the store keeps for the next process."""
+        return {"page_tokens": self.page_tokens, "table": self.table.snapshot(every), "slots": list(self.frames.slots),
+                "tick": self.tick, "counters": dict(self.counters), "policy": self.policy.name,
+                "hand": getattr(self.policy, "hand", 0)}
 
     def load_paging_state(self, state: dict) -> None:
-        for key, (resident, frame, pinned, referenced, last_use, uses, faults, relevance) in state["table"].items():
-            entry = self.table.setdefault(int(key), Entry(int(key)))
-            entry.resident, entry.frame, entry.pinned, entry.referenced = resident, frame, pinned, referenced
-            entry.last_use, entry.use_count, entry.fault_count, entry.relevance = last_use, uses, faults, relevance
+        self.table.restore(state["table"])
         self.frames.slots = list(state["slots"])
         self.tick, self.counters = state["tick"], dict(state["counters"])
         self.set_policy(state["policy"], quiet=True)
         if hasattr(self.policy, "hand"):
             self.policy.hand = state["hand"]
-
-    def snapshot(self) -> dict:
-        return {"page_tokens": self.page_tokens, "policy": self.policy.name, "tick": self.tick,
-                "counters": dict(self.counters), "table": self.table.snapshot(), "frames": self.frames.count}
 
     def stats(self) -> dict:
         c = self.counters
@@ -468,7 +461,7 @@ class Session:
     def take_pending(self) -> Batch:
         self._embed_pending()
         batch, self.pending = self.pending, Batch()
-        batch.states[self.key()] = self.snapshot()
+        batch.states[self.key()] = self.paging_state(every=False)
         return batch
 
 

@@ -105,6 +105,10 @@ def test_chat_through_piped_input_prints_frames_and_the_quoted_answer(tmp_path):
     traces = list((tmp_path / "h" / "traces").glob("house-*.jsonl"))
     kinds = [json.loads(line)["kind"] for line in traces[0].read_text().splitlines()]
     assert "model_request" in kinds and "tool_call" in kinds and "fault" in kinds
+    assert "snapshot" in kinds  # the session was resumed: its earlier turns and paging state open the trace
+    from pager.replay import replay
+
+    assert replay(traces[0], check=True).divergence is None
 
 
 def test_chat_through_clirunner(tmp_path):
