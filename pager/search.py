@@ -8,7 +8,13 @@ Measured on the LoCoMo development split (BENCHMARKS.md), each of these choices 
 - a piece is indexed with the terms of the piece before it: answers often reply to a question;
 - Porter2 stemming ("camped" meets "camping"), and query words expanded to the session's
   own vocabulary by embedding similarity ("pets" finds "cat");
-- a piece spoken by a person the query names counts a little more.
+- a piece spoken by a person the query names counts a little more;
+- a page counts a little more when its episode (the day it was said) holds other good pages:
+  the evidence for a question clusters in the conversations where the topic came up;
+- a deep search (many pages wanted, as when a large budget is filled) widens the query with
+  terms of its own best pieces (pseudo-relevance feedback) and leans more on the vector
+  signal: with dozens of frames to fill, breadth pays; with a handful, precision does, so
+  shallow searches stay literal.
 
 The index lives in memory, one per open session, and grows a page at a time (rank-bm25
 cannot add documents, so BM25 here is a small incremental inverted index). LanceDB holds
@@ -171,13 +177,18 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 2  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 3  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
-    WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35}
+    WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35,
+               "episode": 0.2}
+    DEEP = 24                    # pages wanted from which a search is deep
+    DEEP_WEIGHTS = {"vector": 1.0}
+    FEEDBACK = (10, 20, 0.5)     # deep searches: pieces read, terms added, weight of the best added term
+    EPISODE_TOP = 3              # an episode scores as the sum of its best pages
 
     def __init__(self, dim: int) -> None:
         self.format = INDEX_FORMAT
@@ -188,6 +199,7 @@ class Index:
         self.piece_speaker: list[int] = []       # piece → speaker id (self.speaker_ids)
         self.speaker_ids: dict[str, int] = {}
         self.piece_ts: list[float] = []
+        self.piece_terms: list[tuple[str, ...]] = []   # each piece's own terms, for feedback
         self.page_pieces: dict[int, list[int]] = {}
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
@@ -219,6 +231,7 @@ class Index:
             text = page.piece_text(i) if page.lines else page.text
             words = terms(text)
             piece = self.bm25.add(words + self._last_terms)
+            self.piece_terms.append(tuple(words))
             self._last_terms = words
             speaker = (page.piece_speaker(i) if page.lines else "").lower()
             self.piece_page.append(page.n)
@@ -249,6 +262,8 @@ class Index:
         for extra in self.vocabulary.expand(words, embedder):
             weighted.setdefault(stem(extra), 0.5)
         signals["bm25"] = self.bm25.scores(weighted)
+        deep = k >= self.DEEP
+        weights = self.WEIGHTS | self.DEEP_WEIGHTS if deep else self.WEIGHTS
         named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
         bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
@@ -262,15 +277,41 @@ class Index:
         if span:
             ts = arrays["ts"]
             signals["date"] = ((ts >= span[0]) & (ts < span[1])).astype(np.float32)
-        return self._pages(self._fuse(signals), signals, directory.matches(query), k, exclude, boosts or {})
+        fused = self._fuse(signals, weights)
+        if deep:
+            added = self._feedback(fused, weighted)
+            if added:
+                signals["bm25"] = self.bm25.scores(weighted | added)
+                fused = self._fuse(signals, weights)
+        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {})
 
-    def _fuse(self, signals: dict[str, np.ndarray]) -> np.ndarray:
-        fused = np.zeros(len(self.piece_page), dtype=np.float32)
+    @staticmethod
+    def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+        fused = np.zeros(len(next(iter(signals.values()))), dtype=np.float32)
         for name, values in signals.items():
             top = float(values.max())
             if top > 0:
-                fused += self.WEIGHTS[name] * values / top
+                fused += weights[name] * values / top
         return fused
+
+    def _feedback(self, fused: np.ndarray, weighted: dict[str, float]) -> dict[str, float]:
+        """Terms to add to the query: frequent in its best pieces, rare in the session (RM3-style)."""
+        reads, count, weight = self.FEEDBACK
+        n = len(self.bm25)
+        names = {stem(s) for s in self.speakers}
+        scores: Counter = Counter()
+        for piece in np.argsort(-fused)[:reads].tolist():
+            words = self.piece_terms[piece]
+            if not words or fused[piece] <= 0:
+                continue
+            for word, tf in Counter(words).items():
+                if word in weighted or word in names:
+                    continue
+                df = len(self.bm25.postings[word][0])
+                if df > 1:   # a word of one piece only cannot lead to another
+                    scores[word] += tf / len(words) * float(fused[piece]) * math.log(1 + (n - df + 0.5) / (df + 0.5))
+        best = scores.most_common(count)
+        return {word: weight * value / best[0][1] for word, value in best} if best else {}
 
     def _arrays(self) -> dict[str, np.ndarray]:
         """numpy views of the per-piece and per-page lists, rebuilt only after pages were added."""
@@ -284,7 +325,25 @@ class Index:
                 "starts": np.array([self.page_pieces[n][0] for n in numbers.tolist()], dtype=np.int64),
                 "position": {n: i for i, n in enumerate(numbers.tolist())},
             }
+            starts = self._cache["starts"]
+            days = np.floor(self._cache["ts"][starts] / 86400) if len(starts) else np.zeros(0)
+            self._cache["episode"] = np.unique(days, return_inverse=True)[1].reshape(-1)
         return self._cache
+
+    def _episodes(self, best: np.ndarray) -> np.ndarray:
+        """Each page's share of its episode's score: the sum of the episode's best few pages,
+        scaled so the best episode adds WEIGHTS["episode"]."""
+        episode = self._arrays()["episode"]
+        if not len(best) or episode.max() == 0:
+            return np.zeros_like(best)      # one episode (or none): nothing to tell apart
+        order = np.lexsort((-best, episode))              # by episode, best page first
+        first = np.searchsorted(episode[order], episode[order], side="left")
+        rank = np.arange(len(order)) - first              # 0 for each episode's best page
+        top = order[rank < self.EPISODE_TOP]
+        sums = np.bincount(episode[top], weights=best[top])   # an episode with one good page is not a cluster
+        if sums.max() <= 0:
+            return np.zeros_like(best)
+        return (self.WEIGHTS["episode"] * sums / sums.max())[episode].astype(best.dtype)
 
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts) -> list[Hit]:
         arrays = self._arrays()
@@ -293,6 +352,8 @@ class Index:
         sizes = np.diff(np.append(starts, len(fused)))
         at_max = np.where(fused >= np.repeat(best, sizes), np.arange(len(fused)), len(fused))
         best_piece = np.minimum.reduceat(at_max, starts)
+        episode = self._episodes(best)
+        best = best + episode
         around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
         score = best + self.WEIGHTS["neighbour"] * around
         position = arrays["position"]
@@ -316,6 +377,8 @@ class Index:
                 continue
             n, piece = int(numbers[i]), int(best_piece[i])
             parts = {name: round(float(v[piece]), 4) for name, v in signals.items() if v[piece] > 0}
+            if episode[i] > 0:
+                parts["episode"] = round(float(episode[i]), 4)
             if n in bookmark_hits:
                 parts["bookmark"] = round(bookmark_hits[n], 4)
             if n in boosts:

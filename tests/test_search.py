@@ -73,3 +73,60 @@ def test_autopage_faults_with_readahead_inside_the_share(mem_home):
     assert len(ctx.pages) <= ctx.frames
     faulted = sum(1 for e in s.table.values() if e.fault_count)
     assert faulted <= int(ctx.frames * s.home.config.autopage_share)
+
+
+def _day(d: int) -> dict:
+    when = datetime(2024, 3, d, 12)
+    return {"ts": when.timestamp(), "date": f"{d} March 2024"}
+
+
+def test_a_page_ranks_higher_when_its_episode_is_about_the_query(mem_home):
+    s = mem_home.open("a")
+    said = []
+
+    def stretch(day: int, topic: str):
+        for i in range(40):
+            s.append("ann", topic, **_day(day))
+        s.append("bob", "I bought a kayak.", **_day(day))
+        said.append(s.turn_count)
+        for i in range(40):
+            s.append("ann", topic, **_day(day))
+
+    # the same sentence among the same neighbours on two days; day 1 is also about kayaking
+    for i in range(12):
+        s.append("bob", f"paddling the river in the kayak, stretch {i}, the current was strong", **_day(1))
+    stretch(1, "tax forms and receipts")
+    stretch(2, "tax forms and receipts")
+    s.append("ann", "end", **_day(3))
+    day1, day2 = (next(n for n, p in s.pages.items() if t in p.turns) for t in said)
+    hits = s.search("who bought a kayak to paddle the river", k=40)
+    rank = [h.n for h in hits]
+    # without the episode signal the two copies tie and the later page would win the tie
+    assert rank.index(day1) < rank.index(day2)
+    assert hits[rank.index(day1)].signals["episode"] > hits[rank.index(day2)].signals["episode"]
+    # single-day sessions get no episode signal: there is nothing to tell apart
+    one = mem_home.open("b")
+    for i in range(40):
+        one.append("ann", f"line {i} about kayaks and rivers", **_day(5))
+    assert all("episode" not in h.signals for h in one.search("kayak river", k=10))
+
+
+def test_a_deep_search_widens_the_query_with_its_best_pages_terms(mem_home):
+    s = mem_home.open("a")
+    for i in range(30):
+        s.append("ann", f"lunch menu {i}: soup, salad and bread rolls")
+        if i % 6 == 0:
+            s.append("bob", f"The Alpha module deadline moved; Priya owns the scheduler rewrite (note {i}).")
+    s.append("bob", "Priya says the scheduler rewrite needs one more review.")   # no query word at all
+    for i in range(30):
+        s.append("ann", f"parking spots {i} and the coffee machine")
+    target = next(n for n, p in s.pages.items() if "one more review" in p.text)
+    query = "when is the Alpha module deadline?"
+    def best_piece_text(hit):
+        return s.pages[hit.n].piece_text(s.index.page_pieces[hit.n].index(hit.piece))
+
+    shallow = {h.n: h for h in s.search(query, k=8)}
+    deep = {h.n: h for h in s.search(query, k=s.index.DEEP)}
+    assert target not in shallow or "bm25" not in shallow[target].signals
+    assert target in deep and "one more review" in best_piece_text(deep[target])
+    assert deep[target].signals["bm25"] > 0   # reached through the added terms priya, scheduler, rewrite
