@@ -76,13 +76,14 @@ def ingest(
     format: str = typer.Option("jsonl", "--format", "-f", help="jsonl or locomo"),
     session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),
+    bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
 ) -> None:
     """Import a conversation file into memory (all or nothing)."""
     import time
 
     from pager.formats import parse_jsonl, parse_locomo
 
-    config = load_config(ctx, page_tokens=page_tokens)
+    config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model)
     if format == "jsonl":
         groups = parse_jsonl(file, session or config.session)
     elif format == "locomo":
@@ -102,8 +103,21 @@ def ingest(
                 s.append_many(messages[i : i + 512])
             total += len(messages)
             typer.echo(f"{name}: {len(messages)} turns → {s.turn_count} turns, {len(s.pages)} pages")
+            if config.bookmark_model:
+                _write_bookmarks(s)
     elapsed = time.perf_counter() - started
     typer.echo(f"ingested {total} turns into {len(groups)} session(s) in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} turns/s)")
+
+
+def _write_bookmarks(s) -> None:
+    """Have the bookmark model name the pages this ingest sealed."""
+    model, pages = s.home.config.bookmark_model, len(s.unwritten)
+    typer.echo(f"  asking {model} for bookmarks of {pages} pages …", err=True)
+    named = s.write_bookmarks(force=True)
+    if s.writer_error:
+        typer.echo(f"  the bookmark model failed after {named} of {pages} pages ({s.writer_error}); the other "
+                   "pages keep their offline keywords", err=True)
+    typer.echo(f"  {named} pages bookmarked by {model}")
 
 
 @command()
@@ -146,11 +160,12 @@ def chat(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="any litellm model string (or $PAGER_MODEL); none: the offline memory shell"),
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
+    bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
 ) -> None:
     """Talk to an agent whose memory is paged: the REPL."""
     from pager.cli.chat import run
 
-    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy))
+    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model))
 
 
 @command()

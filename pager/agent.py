@@ -126,6 +126,7 @@ class Agent:
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():
             self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent")
+        self.session.write_bookmarks()   # a call to the bookmark model once a batch of pages has sealed
         return Reply(text, steps, calls)
 
     def _fail(self, step: int, calls: list[dict], error: str) -> Reply:

@@ -111,7 +111,22 @@ def aliases(keyword: str) -> set[str]:
         out.add(parts[-1])
     if "_" in key or "." in key:
         out.update(p for p in re.split(r"[._]", key) if len(p) > 2)
+    out |= {singular(a) for a in out}
     return {a for a in out if a and a not in STOPWORDS}
+
+
+def singular(phrase: str) -> str:
+    """The phrase with its last word made singular the cheap English way ("dogs" → "dog",
+    "martial arts" → "martial art", "stories" → "story"), so "books" finds a "book" bookmark."""
+    head, _, last = phrase.rpartition(" ")
+    if len(last) > 3 and last.isalpha() and last.endswith("s") and not last.endswith(("ss", "us", "is")):
+        if last.endswith("ies"):
+            last = last[:-3] + "y"
+        elif last.endswith(("ches", "shes", "xes", "zes", "sses")):
+            last = last[:-2]
+        else:
+            last = last[:-1]
+    return f"{head} {last}" if head else last
 
 
 def _strip_speaker(line: str) -> str:
@@ -135,7 +150,7 @@ class Bookmark:
     keywords: tuple[str, ...]
     pages: tuple[int, ...]
     note: str = ""
-    source: str = "auto"   # auto (sealed or evicted), model, user
+    source: str = "auto"   # auto (sealed or evicted), model (the bookmark tool), writer (bookmark model), user
     uid: str = ""
     ts: float = 0.0
 
@@ -194,6 +209,7 @@ class Directory:
         The query's word n-grams are looked up, so the cost follows the query, not the directory."""
         words = normalize(query).split()
         grams = {" ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
+        grams |= {singular(g) for g in grams}
         hits: dict[int, float] = {}
         for alias in grams:
             pages = self.index.get(alias)

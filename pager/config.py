@@ -24,6 +24,7 @@ ENV = {
     "PAGER_POLICY": "policy",
     "PAGER_PAGE_TOKENS": "page_tokens",
     "PAGER_EMBEDDER": "embedder",
+    "PAGER_BOOKMARK_MODEL": "bookmark_model",
 }
 
 
@@ -48,6 +49,8 @@ class Config:
     compact_every: int = 16      # batched store writes between compactions
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
     embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model
+    bookmark_model: str = ""     # litellm model that writes bookmarks of sealed pages; empty: offline extraction only
+    bookmark_batch: int = 8      # sealed pages per bookmark-writer call
     tokenizer: str = ""          # tiktoken encoding; empty means chosen from the model
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class Config:
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")
+        if self.bookmark_batch < 1:
+            raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
 
     @property
     def db_uri(self) -> str:

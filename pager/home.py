@@ -70,6 +70,7 @@ class Home:
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
         self._embedder = embedder
         self._store = store
+        self._writer = None
         self.journal = Journal(self.path / "journal", fsync=durable)
         self.sessions: dict[tuple[str, str], "Session"] = {}
         self.flushes = 0
@@ -83,6 +84,17 @@ class Home:
         if self._embedder is None:
             self._embedder = make_embedder(self.config.embedder)
         return self._embedder
+
+    @property
+    def writer(self):
+        """The model that writes bookmarks of sealed pages, or None (offline extraction only)."""
+        if self._writer is None and self.config.bookmark_model:
+            from .llm import LiteLLMModel
+            from .writer import BookmarkWriter
+
+            self._writer = BookmarkWriter(LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3),
+                                          self.config.bookmark_batch)
+        return self._writer
 
     @property
     def store(self) -> Store:

@@ -21,10 +21,15 @@ from typing import Callable, Iterable
 from .config import Config
 from .errors import InputError
 from .home import Home
+from .page import parse_page_id
 from .store import MemoryStore
 from .trace import Event, read_trace
+from .writer import Written
 
-INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call"}
+# what a recording fed in (input, other processes, model answers that are not replies); replay feeds
+# these back and recomputes everything else
+INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
+          "writer_error"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -246,6 +251,9 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
+        elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
+            session.apply_written([Written(parse_page_id(m["page"]), tuple(m["keywords"]), m.get("note", ""))
+                                   for m in event["marks"]])
         if check:
             run.divergence = _first_divergence(compare, live)
             if run.divergence:

@@ -69,6 +69,8 @@ class Session:
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
+        self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
+        self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self._load(state)
@@ -189,6 +191,8 @@ class Session:
                   tokens=self.tokenizer.count(turn.text), ref=turn.ref)
         for page in self.packer.add(turn, start):
             self._seal(page)
+            if own and self.home.config.bookmark_model:
+                self.unwritten.append(page.n)
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
     def _seal(self, page: Page) -> None:
@@ -365,6 +369,32 @@ class Session:
             self._journal_op({"op": "bookmark", **mark.to_dict()})
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
         return mark
+
+    def write_bookmarks(self, force: bool = False) -> int:
+        """Have the bookmark model name the pages sealed since it last did, a batch per call (all
+        batches with force, else only full ones). Returns the pages named. A failing model is an
+        event and `writer_error`, never an exception: its batch keeps the offline keywords."""
+        writer = self.home.writer
+        named = 0
+        while writer and self.unwritten and (force or len(self.unwritten) >= writer.batch):
+            batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
+            try:
+                marks = writer.write([self.pages[n] for n in batch])
+            except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
+                self.writer_error = " ".join(str(exc).split())[:300]
+                self.emit("writer_error", pages=[page_id(n) for n in batch], error=self.writer_error)
+                break
+            self.apply_written(marks)
+            named += len(batch)
+        return named
+
+    def apply_written(self, marks) -> None:
+        """Keep a bookmark writer's answer as durable bookmarks; replay feeds the recorded answer here."""
+        self.emit("bookmarks_written", marks=[{"page": page_id(m.page), "keywords": list(m.keywords), "note": m.note}
+                                              for m in marks])
+        for m in marks:
+            if m.page in self.pages:
+                self._bookmark(tuple(m.keywords), (m.page,), m.note, source="writer")
 
     def _journal_op(self, record: dict) -> None:
         with self.home.session_lock(self) as lock:
