@@ -25,6 +25,7 @@ ENV = {
     "PAGER_PAGE_TOKENS": "page_tokens",
     "PAGER_EMBEDDER": "embedder",
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
+    "PAGER_RECENCY_WEIGHT": "recency_weight",
 }
 
 
@@ -44,6 +45,7 @@ class Config:
     autopage_share: float = 0.9  # share of frames automatic paging may fill; the rest keeps recent pages
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
+    recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     max_steps: int = 8           # model calls per user message before the loop stops
     flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions
@@ -66,6 +68,8 @@ class Config:
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")
+        if self.recency_weight < 0:
+            raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
 

@@ -142,7 +142,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   tokenizer=start.get("tokenizer", ""), embedder=start.get("embedder", "wordllama"),
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
-                  output_tokens=extra.get("output_tokens", 1024))
+                  output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0))
 
 
 class _Clock:

@@ -11,6 +11,9 @@ Measured on the LoCoMo development split (BENCHMARKS.md), each of these choices 
 - a piece spoken by a person the query names counts a little more;
 - a page counts a little more when its episode (the day it was said) holds other good pages:
   the evidence for a question clusters in the conversations where the topic came up;
+- importance (names, numbers, decisions, allergies on the page) breaks near-ties; recency is
+  off by default (`recency_weight`): the frames and the eviction policy already keep what is
+  recent, and on LoCoMo, where questions reach back uniformly, it costs recall;
 - a deep search (many pages wanted, as when a large budget is filled) widens the query with
   terms of its own best pieces (pseudo-relevance feedback) and leans more on the vector
   signal: with dozens of frames to fill, breadth pays; with a handful, precision does, so
@@ -177,18 +180,20 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 3  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 4  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
     WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35,
-               "episode": 0.2}
+               "episode": 0.2, "recency": 0.0, "importance": 0.05}
+    RECENCY_HALF_LIFE = 50       # pages
     DEEP = 24                    # pages wanted from which a search is deep
     DEEP_WEIGHTS = {"vector": 1.0}
     FEEDBACK = (10, 20, 0.5)     # deep searches: pieces read, terms added, weight of the best added term
     EPISODE_TOP = 3              # an episode scores as the sum of its best pages
+    EPISODE_POOL = 256           # pages considered for that
 
     def __init__(self, dim: int) -> None:
         self.format = INDEX_FORMAT
@@ -200,6 +205,7 @@ class Index:
         self.speaker_ids: dict[str, int] = {}
         self.piece_ts: list[float] = []
         self.piece_terms: list[tuple[str, ...]] = []   # each piece's own terms, for feedback
+        self.piece_importance: list[float] = []
         self.page_pieces: dict[int, list[int]] = {}
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
@@ -237,6 +243,7 @@ class Index:
             self.piece_page.append(page.n)
             self.piece_speaker.append(self.speaker_ids.setdefault(speaker, len(self.speaker_ids)))
             self.piece_ts.append(page.ts_first)
+            self.piece_importance.append(page.importance)
             self.speakers.add(speaker)
             self.vocabulary.add(text)
             ids.append(piece)
@@ -250,11 +257,12 @@ class Index:
         return self._vectors
 
     def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),
-               now: float | None = None, boosts: dict[int, float] | None = None) -> list[Hit]:
-        """The k best pages not in exclude, each as its best piece plus a share of its neighbours."""
+               now: float | None = None, boosts: dict[int, float] | None = None,
+               weights: dict[str, float] | None = None) -> list[Hit]:
+        """The k best pages not in exclude, each as its best piece plus a share of its neighbours;
+        weights override WEIGHTS for this search."""
         if not self.piece_page or not query.strip():
             return []
-        w = self.WEIGHTS
         signals: dict[str, np.ndarray] = {}
         query_terms = terms(query)
         weighted = {t: 1.0 for t in query_terms}
@@ -263,7 +271,7 @@ class Index:
             weighted.setdefault(stem(extra), 0.5)
         signals["bm25"] = self.bm25.scores(weighted)
         deep = k >= self.DEEP
-        weights = self.WEIGHTS | self.DEEP_WEIGHTS if deep else self.WEIGHTS
+        weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
         named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
         bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
@@ -277,11 +285,15 @@ class Index:
         if span:
             ts = arrays["ts"]
             signals["date"] = ((ts >= span[0]) & (ts < span[1])).astype(np.float32)
+        if weights["recency"] > 0:   # half as recent every RECENCY_HALF_LIFE pages back
+            signals["recency"] = np.exp2((arrays["page"] - self._last_page) / self.RECENCY_HALF_LIFE)
+        if weights["importance"] > 0:
+            signals["importance"] = arrays["importance"]
         fused = self._fuse(signals, weights)
         if deep:
             added = self._feedback(fused, weighted)
             if added:
-                signals["bm25"] = self.bm25.scores(weighted | added)
+                signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._fuse(signals, weights)
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {})
 
@@ -300,7 +312,8 @@ class Index:
         n = len(self.bm25)
         names = {stem(s) for s in self.speakers}
         scores: Counter = Counter()
-        for piece in np.argsort(-fused)[:reads].tolist():
+        best = np.argpartition(-fused, reads - 1)[:reads] if reads < len(fused) else np.arange(len(fused))
+        for piece in best.tolist():
             words = self.piece_terms[piece]
             if not words or fused[piece] <= 0:
                 continue
@@ -310,8 +323,8 @@ class Index:
                 df = len(self.bm25.postings[word][0])
                 if df > 1:   # a word of one piece only cannot lead to another
                     scores[word] += tf / len(words) * float(fused[piece]) * math.log(1 + (n - df + 0.5) / (df + 0.5))
-        best = scores.most_common(count)
-        return {word: weight * value / best[0][1] for word, value in best} if best else {}
+        chosen = scores.most_common(count)
+        return {word: weight * value / chosen[0][1] for word, value in chosen} if chosen else {}
 
     def _arrays(self) -> dict[str, np.ndarray]:
         """numpy views of the per-piece and per-page lists, rebuilt only after pages were added."""
@@ -321,6 +334,8 @@ class Index:
                 "pieces": len(self.piece_page),
                 "speaker": np.array(self.piece_speaker, dtype=np.int32),
                 "ts": np.array(self.piece_ts, dtype=np.float64),
+                "importance": np.array(self.piece_importance, dtype=np.float32),
+                "page": np.array(self.piece_page, dtype=np.float32),
                 "numbers": numbers,
                 "starts": np.array([self.page_pieces[n][0] for n in numbers.tolist()], dtype=np.int64),
                 "position": {n: i for i, n in enumerate(numbers.tolist())},
@@ -336,11 +351,14 @@ class Index:
         episode = self._arrays()["episode"]
         if not len(best) or episode.max() == 0:
             return np.zeros_like(best)      # one episode (or none): nothing to tell apart
-        order = np.lexsort((-best, episode))              # by episode, best page first
+        # only the best pages can lift an episode: sorting a few hundred of them is enough
+        m = min(len(best), self.EPISODE_POOL)
+        pool = np.argpartition(-best, m - 1)[:m] if m < len(best) else np.arange(len(best))
+        order = pool[np.lexsort((-best[pool], episode[pool]))]   # by episode, best page first
         first = np.searchsorted(episode[order], episode[order], side="left")
-        rank = np.arange(len(order)) - first              # 0 for each episode's best page
-        top = order[rank < self.EPISODE_TOP]
-        sums = np.bincount(episode[top], weights=best[top])   # an episode with one good page is not a cluster
+        top = order[np.arange(len(order)) - first < self.EPISODE_TOP]
+        # the sum, not the mean: an episode with one good page is not a cluster
+        sums = np.bincount(episode[top], weights=best[top], minlength=int(episode.max()) + 1)
         if sums.max() <= 0:
             return np.zeros_like(best)
         return (self.WEIGHTS["episode"] * sums / sums.max())[episode].astype(best.dtype)

@@ -407,8 +407,9 @@ class Session:
                record: bool = True, tail: bool = True) -> list[Hit]:
         """Ranked pages for the query; the open tail page (not indexed until sealed) is matched by its words."""
         self.sync()
+        recency = self.home.config.recency_weight
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
-                                 self.clock(), boosts)
+                                 self.clock(), boosts, {"recency": recency} if recency else None)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:

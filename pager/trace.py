@@ -109,7 +109,8 @@ def begin(session, model: str, budget: int) -> None:
                  page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
                  embedder=cfg.embedder, resumed_turns=session.turn_count,
                  config={"map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
-                         "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens})
+                         "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
+                         "recency_weight": cfg.recency_weight})
     if session.turn_count:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)

@@ -130,3 +130,29 @@ def test_a_deep_search_widens_the_query_with_its_best_pages_terms(mem_home):
     assert target not in shallow or "bm25" not in shallow[target].signals
     assert target in deep and "one more review" in best_piece_text(deep[target])
     assert deep[target].signals["bm25"] > 0   # reached through the added terms priya, scheduler, rewrite
+
+
+def test_recency_is_a_signal_only_when_weighted(mem_home, config):
+    from pager.home import Home
+    from pager.store import MemoryStore
+    from pager.embed import HashEmbedder
+
+    def fill(s):
+        s.append("ann", "The kayak is in the garage.")
+        for i in range(300):
+            s.append("bob", f"filler {i} on unrelated matters")
+        s.append("ann", "The kayak is in the garage.")
+        for i in range(20):
+            s.append("bob", f"closing remark {i}")
+
+    plain = mem_home.open("a")
+    fill(plain)
+    hits = plain.search("where is the kayak", k=2)
+    assert all("recency" not in h.signals for h in hits)
+    assert all("importance" in h.signals for h in hits if plain.pages[h.n].importance > 0)
+    weighted = Home(config.with_(recency_weight=0.3), store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    s = weighted.open("a")
+    fill(s)
+    first, second = s.search("where is the kayak", k=2)
+    assert first.n > second.n and first.signals["recency"] > second.signals["recency"]
+    weighted.journal.close(remove=True)
