@@ -63,7 +63,11 @@ class StepPrinter:
         elif kind == "tool_call":
             args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
             self.console.print(f"  [cyan]↳ {d['name']}[/]({args})", highlight=False)
-        elif kind in ("model_error", "step_limit", "overflow", "notice"):
+        elif kind == "bookmarks_written" and d["marks"]:
+            named = ", ".join(f"{m['page']} ({', '.join(m['keywords'][:3])})" for m in d["marks"][:4])
+            more = f" (+{len(d['marks']) - 4})" if len(d["marks"]) > 4 else ""
+            self.console.print(f"  [blue]bookmark model:[/] {named}{more}", highlight=False)
+        elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error"):
             self.console.print(f"  [red]{kind}[/]: {d.get('error') or d.get('text') or d}", highlight=False)
 
     def _flush(self, head: str) -> None:
@@ -135,6 +139,8 @@ def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = No
                     console.print(f"[red]{exc}[/]", highlight=False)
                     continue
                 console.print(f"[bold green]pager>[/] {reply.text}", highlight=False)
+            if session.unwritten and home.writer:  # the last pages, fewer than a batch
+                session.write_bookmarks(force=True)
         finally:
             session.emit("session_end", turns=session.turn_count, **session.counters)
             writer.close()

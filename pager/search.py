@@ -367,9 +367,7 @@ class Index:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
         best = np.maximum.reduceat(fused, starts)
-        sizes = np.diff(np.append(starts, len(fused)))
-        at_max = np.where(fused >= np.repeat(best, sizes), np.arange(len(fused)), len(fused))
-        best_piece = np.minimum.reduceat(at_max, starts)
+        ends = np.append(starts[1:], len(fused))
         episode = self._episodes(best)
         best = best + episode
         around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
@@ -393,7 +391,7 @@ class Index:
         for i in top:
             if not np.isfinite(score[i]):
                 continue
-            n, piece = int(numbers[i]), int(best_piece[i])
+            n, piece = int(numbers[i]), int(starts[i] + np.argmax(fused[starts[i] : ends[i]]))  # first best piece
             parts = {name: round(float(v[piece]), 4) for name, v in signals.items() if v[piece] > 0}
             if episode[i] > 0:
                 parts["episode"] = round(float(episode[i]), 4)

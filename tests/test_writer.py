@@ -142,3 +142,26 @@ def test_a_chat_trace_with_written_bookmarks_replays_without_calling_the_model(t
     run = replay(path, check=True)
     assert run.divergence is None, run.divergence
     assert librarian.calls == calls
+
+
+def test_chat_and_ingest_with_a_bookmark_model(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    register("librarian-cli", Librarian())
+    env = {"PAGER_EMBEDDER": "hash", "PAGER_BOOKMARK_MODEL": "pager/librarian-cli"}
+    lines = "".join(f"note {i}: the bus timetable changed on line {i}\n" for i in range(12))
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "x", "--budget", "2048"],
+                                input="I got a puppy, her name is Coco.\n" + lines + "/quit\n", env=env)
+    assert result.exit_code == 0, result.output
+    assert "bookmark model: p1 (" in result.output        # shown as it happens, forced at /quit for the rest
+    conv = tmp_path / "conv.jsonl"
+    conv.write_text("".join(json.dumps({"speaker": "ann", "text": f"kickboxing class number {i} was tough"}) + "\n"
+                            for i in range(40)))
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(conv), "-s", "gym"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "pages bookmarked by pager/librarian-cli" in result.output
+    with Home(Config(home=tmp_path / "h", embedder="hash"), embedder=HashEmbedder()) as home:
+        s = home.open("gym")
+        assert s.directory.lookup("martial arts") == set(s.pages)
