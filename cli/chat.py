@@ -101,8 +101,9 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
             yield line.rstrip("\n")
 
 
-def run(config: Config, stream: TextIO = sys.stdin, console: Console | None = None,
+def run(config: Config, stream: TextIO | None = None, console: Console | None = None,
         interactive: bool | None = None, home_factory: Callable[[Config], Home] = Home) -> None:
+    stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
     loading = preload()
