@@ -189,13 +189,25 @@ class LanceStore:
         existing = set(self._table_names())
         for name, schema in self._schemas().items():
             if name in existing:
-                self._tables[name] = self.db.open_table(name)
+                self._tables[name] = self._open(name)
             else:
                 try:
                     self._tables[name] = self.db.create_table(name, schema=schema)
                 except (OSError, ValueError, RuntimeError):
                     # another process created it first
-                    self._tables[name] = self.db.open_table(name)
+                    self._tables[name] = self._open(name)
+
+    def _open(self, name: str, wait_s: float = 10.0):
+        """Open a table another process may be creating right now: its folder shows before its first
+        version is committed, and until then opening it says "not found"."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.db.open_table(name)
+            except (OSError, ValueError, RuntimeError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         meta = {r["key"]: r["value"] for r in self._tables["meta"].search().to_list()}
         if "schema" not in meta:
             self._tables["meta"].add([{"key": "schema", "value": str(SCHEMA_VERSION)},
