@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before being
@@ -101,8 +102,10 @@ def extract(text: str, limit: int = 6) -> list[str]:
     return chosen
 
 
-def aliases(keyword: str) -> set[str]:
-    """Cheap alternative lookup forms: the keyword itself, its head name, its parts of a compound."""
+@lru_cache(maxsize=65_536)
+def aliases(keyword: str) -> frozenset[str]:
+    """Cheap alternative lookup forms: the keyword itself, its head name, its parts of a compound.
+    Cached: opening a session re-adds every page's keywords, and keywords repeat."""
     key = normalize(keyword)
     out = {key}
     parts = key.split()
@@ -112,7 +115,7 @@ def aliases(keyword: str) -> set[str]:
     if "_" in key or "." in key:
         out.update(p for p in re.split(r"[._]", key) if len(p) > 2)
     out |= {singular(a) for a in out}
-    return {a for a in out if a and a not in STOPWORDS}
+    return frozenset(a for a in out if a and a not in STOPWORDS)
 
 
 def singular(phrase: str) -> str:

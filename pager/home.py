@@ -15,6 +15,7 @@ sessions.
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import os
 import pickle
@@ -123,7 +124,7 @@ class Home:
         read (the cache is a pickle, trusted like the journal); a stale or damaged one is ignored."""
         path = self._cache_path(s)
         try:
-            with open(path, "rb") as fh:
+            with open(path, "rb") as fh, _gc_paused():
                 index = pickle.load(fh)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
             return None
@@ -293,6 +294,19 @@ class Home:
             # keep the journal: whatever was accepted is replayed by the next process
             self.journal.close(remove=False)
             self._closed = True
+
+
+@contextmanager
+def _gc_paused():
+    """Unpickling a large index allocates ~10^5 containers; the cyclic collector would walk the
+    growing heap again and again while it does (it found nothing to free: nothing is garbage yet)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def memory_home(config: Config, embedder: Embedder | None = None, **kw) -> Home:
