@@ -113,10 +113,10 @@ def _write_bookmarks(s) -> None:
     """Have the bookmark model name the pages this ingest sealed."""
     model, pages = s.home.config.bookmark_model, len(s.unwritten)
     typer.echo(f"  asking {model} for bookmarks of {pages} pages …", err=True)
-    named = s.write_bookmarks(force=True)
+    named = len(s.write_bookmarks(force=True))
     if s.writer_error:
-        typer.echo(f"  the bookmark model failed after {named} of {pages} pages ({s.writer_error}); the other "
-                   "pages keep their offline keywords", err=True)
+        typer.echo(f"  the bookmark model failed after naming {named} of {pages} pages ({s.writer_error}); the "
+                   "others keep their offline keywords", err=True)
     typer.echo(f"  {named} pages bookmarked by {model}")
 
 
@@ -333,6 +333,7 @@ def bench_locomo(
     conversations: Optional[int] = typer.Option(None, "--conversations", help="only the first N conversations"),
     questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions of each"),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
+    bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
 ) -> None:
     """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
     import json
@@ -342,11 +343,13 @@ def bench_locomo(
     from pager.bench import locomo
     from pager.config import Config
 
-    config = Config.load(page_tokens=page_tokens, policy=policy)
+    config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model)
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines)
     console = Console()
     for table in locomo.table(report):
         console.print(table)
+    for error in report.get("bookmark_model_errors", []):
+        console.print(f"[red]bookmark model failed[/] ({error}); those pages kept their offline keywords")
     if json_path:
         json_path.write_text(json.dumps(report, indent=1) + "\n")
         console.print(f"wrote {json_path}")

@@ -370,12 +370,12 @@ class Session:
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
         return mark
 
-    def write_bookmarks(self, force: bool = False) -> int:
+    def write_bookmarks(self, force: bool = False) -> list:
         """Have the bookmark model name the pages sealed since it last did, a batch per call (all
-        batches with force, else only full ones). Returns the pages named. A failing model is an
-        event and `writer_error`, never an exception: its batch keeps the offline keywords."""
+        batches with force, else only full ones). Returns what it wrote (writer.Written). A failing
+        model is an event and `writer_error`, never an exception: its batch keeps the offline keywords."""
         writer = self.home.writer
-        named = 0
+        written: list = []
         while writer and self.unwritten and (force or len(self.unwritten) >= writer.batch):
             batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
             try:
@@ -385,8 +385,8 @@ class Session:
                 self.emit("writer_error", pages=[page_id(n) for n in batch], error=self.writer_error)
                 break
             self.apply_written(marks)
-            named += len(batch)
-        return named
+            written += marks
+        return written
 
     def apply_written(self, marks) -> None:
         """Keep a bookmark writer's answer as durable bookmarks; replay feeds the recorded answer here."""

@@ -74,7 +74,7 @@ def test_the_model_names_what_offline_keywords_cannot_and_search_finds_it(tmp_pa
         chatter(s, 30, start=30)
         holder = next(n for n, p in s.pages.items() if "Coco" in p.text)
         assert "pet" not in [k.lower() for k in s.directory.keywords(holder)]
-        assert s.write_bookmarks() > 0 and librarian.calls >= 1
+        assert s.write_bookmarks() and librarian.calls >= 1
         s.write_bookmarks(force=True)
         assert not s.unwritten
         assert holder in s.directory.lookup("pets")          # plural query, singular keyword
@@ -93,8 +93,8 @@ def test_batches_wait_until_full_unless_forced(tmp_path):
         chatter(s, 20)
         sealed = len(s.unwritten)
         assert 0 < sealed < 4
-        assert s.write_bookmarks() == 0 and librarian.calls == 0
-        assert s.write_bookmarks(force=True) == sealed and librarian.calls == 1
+        assert s.write_bookmarks() == [] and librarian.calls == 0
+        assert len(s.write_bookmarks(force=True)) == sealed and librarian.calls == 1
         assert all(s.directory.keywords(n)[0] == "chat" for n in s.pages)   # the model's words come first
 
 
@@ -106,7 +106,7 @@ def test_a_failing_model_leaves_offline_keywords_and_no_exception(tmp_path):
         s.events.listeners.append(events.append)
         chatter(s, 40)
         before = {n: list(s.directory.keywords(n)) for n in s.pages}
-        assert s.write_bookmarks(force=True) == 0
+        assert s.write_bookmarks(force=True) == []
         assert "provider is down" in s.writer_error
         assert [e.kind for e in events].count("writer_error") == 1
         assert all(s.directory.keywords(n) == before[n] for n in before)
@@ -165,3 +165,30 @@ def test_chat_and_ingest_with_a_bookmark_model(tmp_path):
     with Home(Config(home=tmp_path / "h", embedder="hash"), embedder=HashEmbedder()) as home:
         s = home.open("gym")
         assert s.directory.lookup("martial arts") == set(s.pages)
+
+
+def test_the_benchmark_measures_a_bookmark_model_once_per_conversation(tmp_path):
+    from pager.bench.locomo import run
+
+    librarian = Librarian()
+    register("librarian-bench", librarian)
+    things = ["kettle", "bike", "lamp", "scarf", "laptop", "teapot", "rug", "clock", "tent", "drill"]
+    chatter = [{"speaker": "Maria", "dia_id": f"D1:{j + 1}",
+                "text": f"Guess what, I got a new {things[j % 10]}! Her name is Unit{j}."} for j in range(200)]
+    chatter[20] = {"speaker": "Maria", "dia_id": "D1:21", "text": "Guess what, I got a new puppy! Her name is Coco."}
+    sample = {"sample_id": "tiny", "conversation": {"speaker_a": "Maria", "speaker_b": "John",
+                                                    "session_1_date_time": "1:56 pm on 8 May, 2023",
+                                                    "session_1": chatter},
+              "qa": [{"question": "What pets does Maria have?", "category": 4, "evidence": ["D1:21"]}]}
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps([sample]))
+    offline = run(data, [1024, 2048], Config(embedder="hash"), baselines=False, progress=False)
+    config = Config(embedder="hash", bookmark_model="pager/librarian-bench")
+    one_budget = run(data, [2048], config, baselines=False, progress=False)
+    calls = librarian.calls
+    with_model = run(data, [1024, 2048], config, baselines=False, progress=False)
+    assert librarian.calls == 2 * calls       # written once per conversation, reused for the other budget
+    assert with_model["bookmark_model"] == "pager/librarian-bench" and with_model["bookmark_model_errors"] == []
+    assert [r["pager"]["recall"] for r in offline["results"]] == [0.0, 0.0]   # "pets" never meets "puppy"
+    assert [r["pager"]["recall"] for r in with_model["results"]] == [1.0, 1.0]
+    assert one_budget["results"][0]["pager"]["recall"] == 1.0

@@ -152,11 +152,21 @@ class Baselines:
 
 # -- the run --------------------------------------------------------------------------------------------
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
-             on_question: Callable[[], None] = lambda: None) -> None:
+             on_question: Callable[[], None] = lambda: None, written: dict | None = None) -> None:
+    """One conversation at one budget. With a bookmark model, its bookmarks are written once per
+    conversation (pages do not depend on the budget) and kept in `written` for the other budgets."""
+    written = {} if written is None else written
     with tempfile.TemporaryDirectory(prefix="pager-bench-") as folder:
         home = memory_home(config.with_(home=Path(folder), budget=budget, session=conv.sample_id))
         session = home.open()
         turns = session.append_many(conv.messages)
+        if config.bookmark_model:
+            if conv.sample_id in written:
+                session.apply_written(written[conv.sample_id])
+            else:
+                written[conv.sample_id] = session.write_bookmarks(force=True)
+                if session.writer_error:
+                    written.setdefault("errors", []).append(f"{conv.sample_id}: {session.writer_error}")
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
         checkpoint = session.checkpoint()
@@ -195,6 +205,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
     make_embedder(config.embedder)  # load once, outside the timings
     total = sum(len(c.questions) for c in conversations) * len(budgets)
     results = []
+    written: dict = {}   # the bookmark model's answers per conversation, reused across budgets
     bar = _progress(progress)
     with bar:
         task = bar.add_task("questions", total=total)
@@ -202,7 +213,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
             tallies = {name: Tally() for name in SYSTEMS}
             for conv in conversations:
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
-                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task))
+                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written)
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
     return {
@@ -211,6 +222,8 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy,
         "embedder": config.embedder,
+        **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": written.get("errors", [])}
+           if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],
         "results": results,
     }
