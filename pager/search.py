@@ -295,7 +295,7 @@ class Index:
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._fuse(signals, weights)
-        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {})
+        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
 
     @staticmethod
     def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
@@ -345,9 +345,9 @@ class Index:
             self._cache["episode"] = np.unique(days, return_inverse=True)[1].reshape(-1)
         return self._cache
 
-    def _episodes(self, best: np.ndarray) -> np.ndarray:
+    def _episodes(self, best: np.ndarray, weight: float) -> np.ndarray:
         """Each page's share of its episode's score: the sum of the episode's best few pages,
-        scaled so the best episode adds WEIGHTS["episode"]."""
+        scaled so the best episode adds `weight`."""
         episode = self._arrays()["episode"]
         if not len(best) or episode.max() == 0:
             return np.zeros_like(best)      # one episode (or none): nothing to tell apart
@@ -361,22 +361,22 @@ class Index:
         sums = np.bincount(episode[top], weights=best[top], minlength=int(episode.max()) + 1)
         if sums.max() <= 0:
             return np.zeros_like(best)
-        return (self.WEIGHTS["episode"] * sums / sums.max())[episode].astype(best.dtype)
+        return (weight * sums / sums.max())[episode].astype(best.dtype)
 
-    def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts) -> list[Hit]:
+    def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
         best = np.maximum.reduceat(fused, starts)
         ends = np.append(starts[1:], len(fused))
-        episode = self._episodes(best)
+        episode = self._episodes(best, weights["episode"])
         best = best + episode
         around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
-        score = best + self.WEIGHTS["neighbour"] * around
+        score = best + weights["neighbour"] * around
         position = arrays["position"]
         top_mark = max(bookmark_hits.values(), default=0.0)
         for n, value in bookmark_hits.items():
             if n in position and top_mark > 0:
-                score[position[n]] += self.WEIGHTS["bookmark"] * value / top_mark
+                score[position[n]] += weights["bookmark"] * value / top_mark
         for n, value in boosts.items():
             if n in position:
                 score[position[n]] += value

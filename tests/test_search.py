@@ -32,6 +32,10 @@ def test_bookmark_signal_finds_a_page_by_the_models_keyword(mem_home):
     s.bookmark([target], ["Project Nightingale"], "the secret launch")
     hits = s.search("what is project nightingale", k=3)
     assert hits[0].n == target and "bookmark" in hits[0].signals
+    # a search's weights override the defaults, page-level ones (bookmark, neighbour, episode) too
+    unweighted = s.index.search("what is project nightingale", s.home.embedder, s.directory, k=3,
+                                weights={"bookmark": 0.0})
+    assert target not in [h.n for h in unweighted[:1]]
 
 
 def test_temporal_query_finds_the_dated_page(mem_home):
