@@ -192,3 +192,20 @@ def test_the_benchmark_measures_a_bookmark_model_once_per_conversation(tmp_path)
     assert [r["pager"]["recall"] for r in offline["results"]] == [0.0, 0.0]   # "pets" never meets "puppy"
     assert [r["pager"]["recall"] for r in with_model["results"]] == [1.0, 1.0]
     assert one_budget["results"][0]["pager"]["recall"] == 1.0
+
+
+def test_the_toolkit_names_pages_that_other_agents_remember(tmp_path):
+    from pager.tools import Toolkit
+
+    librarian = Librarian()
+    register("librarian-kit", librarian)
+    config = Config(home=tmp_path / "kit", budget=2048, embedder="hash", bookmark_model="pager/librarian-kit",
+                    bookmark_batch=2)
+    kit = Toolkit(config=config)
+    kit.call("remember", {"text": "Our new puppy Coco chewed the sofa."})
+    for i in range(30):
+        kit.call("remember", {"text": f"status line {i}: the build is green and the queue is empty"})
+    assert librarian.calls >= 2
+    found = kit.call("search", {"query": "pet", "k": 1})
+    assert "Coco" in found
+    kit.close()

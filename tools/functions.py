@@ -144,6 +144,7 @@ def remember(session: Session, text: str, role: str = "user", speaker: str = "")
     if role not in ("user", "assistant"):
         raise Mistake("role must be 'user' or 'assistant'")
     turn = session.append(speaker or role, text, role=role, origin="tool")
+    session.write_bookmarks()   # a call to the bookmark model, if one is set, once a batch of pages has sealed
     return f"remembered as turn {turn.turn} on p{session.tail_n}"
 
 
