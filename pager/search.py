@@ -416,6 +416,25 @@ _AGO = re.compile(r"\b(\d+|a|one|two|three|four|five|six)\s+(day|week|month|year
 _WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
 
+def label_time(label: str) -> float | None:
+    """Noon of the day a date label names ("5 March 2025", "March 5, 2025", "2025-03-05"), as epoch
+    seconds; None if it names no day. Turns imported with a date and no timestamp get this, so
+    date queries and episodes follow the conversation's calendar, not the day it was imported."""
+    q = label.lower()
+    if m := _ISO.search(q):
+        y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    elif m := _DAY_MONTH_YEAR.search(q):
+        y, mo, d = int(m.group(3)), _MONTH[m.group(2)], int(m.group(1))
+    elif m := _MONTH_DAY_YEAR.search(q):
+        y, mo, d = int(m.group(3)), _MONTH[m.group(1)], int(m.group(2))
+    else:
+        return None
+    try:
+        return datetime(y, mo, d, 12).timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
 def date_range(query: str, now: float) -> tuple[float, float] | None:
     """The time span a query's date expression points at, as epoch seconds [start, end)."""
     q = query.lower()

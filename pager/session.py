@@ -22,7 +22,7 @@ from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
-from .search import Hit, Index, terms
+from .search import Hit, Index, label_time, terms
 from .store import Batch
 from .trace import Events
 
@@ -178,7 +178,9 @@ class Session:
         if "\x00" in text:
             raise InputError("the message contains a NUL character; remove it and send again")
         ts = m.get("ts")
-        ts = self.clock() if ts is None else float(ts)
+        if ts is None:
+            ts = (label_time(str(m["date"])) if m.get("date") else None) or self.clock()
+        ts = float(ts)
         speaker = self.tokenizer.fit(" ".join(str(m.get("speaker") or m.get("role") or "user").split()), SPEAKER_TOKENS)
         return Turn(self.name, 0, speaker or "user", text, m.get("role") or "user", m.get("date") or date_label(ts),
                     ts, str(m.get("ref") or ""), self.user)

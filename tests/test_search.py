@@ -160,3 +160,14 @@ def test_recency_is_a_signal_only_when_weighted(mem_home, config):
     first, second = s.search("where is the kayak", k=2)
     assert first.n > second.n and first.signals["recency"] > second.signals["recency"]
     weighted.journal.close(remove=True)
+
+
+def test_turns_with_a_date_label_and_no_timestamp_are_placed_on_that_day(mem_home):
+    s = mem_home.open("a")
+    months = ["January", "February", "March", "April", "May", "June"]
+    s.append_many([{"speaker": "ann", "text": f"we went over the budget again, round {i}", "date": f"10 {m} 2023"}
+                   for m in months for i in range(10)])
+    assert datetime.fromtimestamp(s.pages[1].ts_first).date() == datetime(2023, 1, 10).date()
+    hits = s.search("what did we say about the budget in May 2023?", k=3)
+    assert s.pages[hits[0].n].date_first == "10 May 2023" and "date" in hits[0].signals
+    assert "episode" in hits[0].signals      # six days, six episodes
