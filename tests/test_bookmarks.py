@@ -37,8 +37,9 @@ def test_sentence_starts_are_not_names():
 
 def test_aliases_answer_to_head_words():
     assert {"alpha module", "alpha", "module"} <= aliases("Alpha module")
-    assert "updated" not in aliases("doc_versions.updated_at") or True
-    assert "versions" in aliases("doc_versions.updated_at")
+    parts = aliases("doc_versions.updated_at")
+    assert {"doc", "versions", "updated", "version"} <= parts and "at" not in parts   # too short to look up
+    assert {"dog", "dogs"} <= aliases("dogs") and "martial art" in aliases("martial arts")
 
 
 def test_directory_lookup_by_alias_and_model_first():
