@@ -132,7 +132,7 @@ def inspect(
 
     config = load_config(ctx, session=session)
     with open_home(config) as home:
-        s = home.open()
+        s = home.open(read_only=True)
         if json_out:
             from pager.views import inspect_json
 
@@ -217,7 +217,7 @@ def search(
 
     config = load_config(ctx, session=session)
     with open_home(config) as home:
-        s = home.open()
+        s = home.open(read_only=True)
         hits = s.search(query, k=k, record=False)
         rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],

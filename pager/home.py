@@ -77,7 +77,7 @@ class Home:
         self.flushes = 0
         self._closed = False
         self._sweep_tmp()
-        self.recover()
+        self.recovered = self.recover()
 
     # -- lazily built parts (LanceDB and the embedder cost seconds to import) ----------------------------
     @property
@@ -104,12 +104,17 @@ class Home:
         return self._store
 
     # -- sessions -------------------------------------------------------------------------------------
-    def open(self, session: str | None = None, user: str | None = None, policy: str | None = None) -> "Session":
+    def open(self, session: str | None = None, user: str | None = None, policy: str | None = None,
+             read_only: bool = False) -> "Session":
+        """The session, loaded once per home. read_only (commands that only look: search, inspect)
+        may open it from the snapshot the last process left, without touching the store, when
+        nothing was appended since; anything it lacks it still reads from the store."""
         from .session import Session
 
         key = (self.config.user if user is None else user, self.config.session if session is None else session)
         if key not in self.sessions:
-            s = Session(self, key[0], key[1], policy)
+            source = self._snapshot(*key) if read_only else None
+            s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
         return self.sessions[key]
@@ -149,6 +154,51 @@ class Home:
         except OSError:
             pass  # a cache is an optimisation; the next open rebuilds
 
+    # -- the session snapshot: what a session held when a process closed it, for read-only opens ---------
+    def _snapshot_path(self, user: str, session: str) -> Path:
+        key = f"{self.config.db_uri}\x00{user}\x00{session}\x00{self.config.embedder}"
+        return self.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.session"
+
+    def save_snapshot(self, s) -> None:
+        """Write the session as the store now holds it (called after the closing flush), tagged with
+        the session lock's counts: a later read-only open trusts it only while they are unchanged."""
+        if isinstance(s.source, Snapshot):
+            return  # opened from one and only looked
+        last, generation = self._read_lock(s)
+        if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < 200:
+            return  # turns of other processes not taken in, or an index not worth caching
+        pages = [s.pages[n] for n in sorted(s.pages)]
+        after = pages[-1].spans[-1][0] - 1
+        tail = self.store.turns(s.user, s.name, after=after)
+        if (tail[-1].turn if tail else after + 1) != s.turn_count:
+            return  # the store lacks turns a live process still holds in its journal
+        snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
+                            self.store.bookmarks(s.user, s.name), tail)
+        path = self._snapshot_path(s.user, s.name)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "wb") as fh:
+                pickle.dump(snapshot, fh, protocol=5)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an optimisation; the next open reads the store
+
+    def _snapshot(self, user: str, session: str) -> "Snapshot | None":
+        if self.recovered:
+            return None  # a dead process's records just reached the store: the snapshot may lack them
+        try:
+            with open(self._snapshot_path(user, session), "rb") as fh, _gc_paused():
+                snapshot = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
+            return None
+        if not isinstance(snapshot, Snapshot) or snapshot.format != Snapshot.FORMAT:
+            return None
+        if _read_counts_path(self._lock_path(user, session)) != (snapshot.last_turn, snapshot.generation):
+            return None  # something was appended since (or the lock is gone): read the store
+        snapshot.fallback = lambda: self.store
+        return snapshot
+
     def _lock_path(self, user: str, session: str) -> Path:
         digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:32]
         return self.path / "locks" / f"{digest}.lock"
@@ -171,10 +221,7 @@ class Home:
         return self._read_lock(s)[0]
 
     def _read_lock(self, s) -> tuple[int, int]:
-        try:
-            return _read_counts(self._lock_path(s.user, s.name).read_bytes())
-        except FileNotFoundError:
-            return 0, 0
+        return _read_counts_path(self._lock_path(s.user, s.name)) or (0, 0)
 
     # -- durability -----------------------------------------------------------------------------------
     def journal_append(self, records: list[dict]) -> None:
@@ -282,6 +329,7 @@ class Home:
         self.journal.close(remove=True)
         for s in self.sessions.values():
             self.save_index(s)
+            self.save_snapshot(s)
         self._closed = True
 
     def __enter__(self) -> "Home":
@@ -294,6 +342,52 @@ class Home:
             # keep the journal: whatever was accepted is replayed by the next process
             self.journal.close(remove=False)
             self._closed = True
+
+
+def _read_counts_path(path: Path) -> tuple[int, int] | None:
+    try:
+        return _read_counts(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+@dataclass
+class Snapshot:
+    """A session as the store held it when a process closed it: a read-only open answers from this
+    (a store of one session) and reads anything else (turns appended later) from the real store."""
+
+    FORMAT = 1
+    generation: int
+    last_turn: int
+    after: int                 # tail holds the turns after this one
+    saved_state: dict | None
+    saved_pages: list
+    saved_bookmarks: list
+    tail: list
+    format: int = FORMAT
+    fallback: Callable[[], Store] | None = None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "fallback"}
+
+    def state(self, user: str, session: str) -> dict | None:
+        return self.saved_state
+
+    def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
+        if with_vectors:  # the index cache did not fit: vectors come from the store
+            return self.fallback().pages(user, session, after, with_vectors)
+        return [p for p in self.saved_pages if p.n > after], []
+
+    def bookmarks(self, user: str, session: str) -> list:
+        return list(self.saved_bookmarks)
+
+    def turns(self, user: str, session: str, after: int = 0) -> list:
+        if after != self.after:  # only the open tail page's turns were kept
+            return self.fallback().turns(user, session, after)
+        return list(self.tail)
+
+    def refresh(self) -> None:
+        self.fallback().refresh()
 
 
 @contextmanager

@@ -47,13 +47,14 @@ def date_label(ts: float) -> str:
 
 
 class Session:
-    def __init__(self, home: "Home", user: str, name: str, policy: str | None = None) -> None:
+    def __init__(self, home: "Home", user: str, name: str, policy: str | None = None, source=None) -> None:
         cfg = home.config
         self.home, self.user, self.name = home, user, name
+        self.source = source  # where the session loads from: a snapshot for read-only opens, else the store
         self.tokenizer = home.tokenizer
         self.clock = home.clock
         self.events = Events(home.clock)
-        state = home.store.state(user, name) or {}
+        state = (source or home.store).state(user, name) or {}
         self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
         self.policy = make_policy(policy or state.get("policy") or cfg.policy)
         self.table = PageTable()
@@ -73,7 +74,10 @@ class Session:
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
+        self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
+        if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
+            self._state_stored = self.paging_state(every=False)
 
     # -- identity -----------------------------------------------------------------------------------
     @property
@@ -88,7 +92,7 @@ class Session:
 
     # -- loading ------------------------------------------------------------------------------------
     def _load(self, state: dict) -> None:
-        store = self.home.store
+        store = self.source or self.home.store
         cached = self.home.cached_index(self)
         pages, vectors = store.pages(self.user, self.name, with_vectors=cached is None)
         self.index_saved = -1  # the cache on disk is behind this index until it is written
@@ -494,7 +498,10 @@ class Session:
     def take_pending(self) -> Batch:
         self._embed_pending()
         batch, self.pending = self.pending, Batch()
-        batch.states[self.key()] = self.paging_state(every=False)
+        state = self.paging_state(every=False)
+        if state != self._state_stored:  # an unchanged page table is not written again
+            batch.states[self.key()] = state
+            self._state_stored = state
         return batch
 
 

@@ -8,6 +8,9 @@ import sys
 import time
 
 from conftest import run_py
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
 
 WRITER = """
 import sys
@@ -126,3 +129,56 @@ def test_the_index_cache_is_used_and_a_stale_or_damaged_one_is_ignored(tmp_path)
         s = home.open("c")
         assert s.index_saved == -1  # rebuilt from the store
         assert [h.n for h in s.search("topic7 harbour", k=5)] == expected
+
+
+SNAPSHOT_READER = """
+import sys, json
+from pager.config import Config
+from pager.home import Home
+cfg = Config(home=sys.argv[1], budget=2048, page_tokens=128, embedder="hash")
+with Home(cfg) as home:
+    s = home.open("big", read_only=sys.argv[2] == "ro")
+    hits = s.search("ticket 1234 harbour", k=5, record=False)
+    print(json.dumps({"snapshot": type(s.source).__name__, "lancedb": "lancedb" in sys.modules,
+                      "hits": [[h.n, h.score] for h in hits], "turns": s.turn_count, "pages": len(s.pages),
+                      "resident": s.resident(), "marks": sorted(s.directory.lookup("release notes")),
+                      "tail": s.packer.pieces[-1].line if s.packer.pieces else ""}))
+"""
+
+
+def _big_session(home_dir, turns=1700):
+    cfg = Config(home=home_dir, budget=2048, page_tokens=128, embedder="hash")
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        s = home.open("big")
+        s.append_many([{"speaker": "ann" if i % 2 else "bob", "text": f"ticket {i} about the harbour crane {i % 13}"}
+                       for i in range(turns)])
+        s.bookmark([7], ["release notes"], "the plan")
+        s.search("harbour crane 7", k=8)      # page some in: the page table is not the default one
+        assert len(s.pages) >= 200
+
+
+def test_a_read_only_open_uses_the_last_snapshot_without_the_store(tmp_path):
+    home = str(tmp_path / "h")
+    _big_session(home)
+    fast, slow = py(SNAPSHOT_READER, home, "ro"), py(SNAPSHOT_READER, home, "rw")
+    assert fast["snapshot"] == "Snapshot" and not fast["lancedb"]
+    assert slow["snapshot"] == "NoneType" and slow["lancedb"]
+    same = {k for k in fast if k not in ("snapshot", "lancedb")}
+    assert {k: fast[k] for k in same} == {k: slow[k] for k in same}
+    assert fast["turns"] == 1700 and fast["marks"] == [7]
+
+
+def test_a_snapshot_is_not_trusted_once_something_was_appended(tmp_path):
+    home = str(tmp_path / "h")
+    _big_session(home)
+    cfg = Config(home=home, budget=2048, page_tokens=128, embedder="hash")
+    writer = Home(cfg, embedder=HashEmbedder())
+    s = writer.open("big")
+    s.append("ann", "ticket 1234 about the harbour: the crane is fixed")
+    writer.flush()                   # in the store, but the snapshot was written before it
+    read = py(SNAPSHOT_READER, home, "ro")
+    assert read["snapshot"] == "NoneType" and read["turns"] == 1701
+    assert "the crane is fixed" in read["tail"]
+    writer.close()
+    again = py(SNAPSHOT_READER, home, "ro")   # the writer's close left a new snapshot
+    assert again["snapshot"] == "Snapshot" and again["turns"] == 1701 and not again["lancedb"]
