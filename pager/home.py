@@ -31,7 +31,7 @@ from .embed import Embedder, make_embedder
 from .errors import StoreError
 from .journal import Journal
 from .page import Turn
-from .store import Batch, LanceStore, MemoryStore, Store
+from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
 from .tokens import Tokenizer, get_tokenizer
 
 
@@ -356,7 +356,7 @@ class Snapshot:
     """A session as the store held it when a process closed it: a read-only open answers from this
     (a store of one session) and reads anything else (turns appended later) from the real store."""
 
-    FORMAT = 1
+    FORMAT = (1, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
     generation: int
     last_turn: int
     after: int                 # tail holds the turns after this one
@@ -364,7 +364,7 @@ class Snapshot:
     saved_pages: list
     saved_bookmarks: list
     tail: list
-    format: int = FORMAT
+    format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
     def __getstate__(self) -> dict:
