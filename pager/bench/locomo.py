@@ -153,9 +153,11 @@ class Baselines:
 
 # -- the run --------------------------------------------------------------------------------------------
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
-             on_question: Callable[[], None] = lambda: None, written: dict | None = None) -> None:
+             on_question: Callable[[], None] = lambda: None, written: dict | None = None,
+             errors: list[str] | None = None) -> None:
     """One conversation at one budget. With a bookmark model, its bookmarks are written once per
-    conversation (pages do not depend on the budget) and kept in `written` for the other budgets."""
+    conversation (pages do not depend on the budget) and kept in `written` for the other budgets;
+    the model's failures go to `errors`."""
     written = {} if written is None else written
     with tempfile.TemporaryDirectory(prefix="pager-bench-") as folder:
         home = memory_home(config.with_(home=Path(folder), budget=budget, session=conv.sample_id))
@@ -166,8 +168,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                 session.apply_written(written[conv.sample_id])
             else:
                 written[conv.sample_id] = session.write_bookmarks(force=True)
-                if session.writer_error:
-                    written.setdefault("errors", []).append(f"{conv.sample_id}: {session.writer_error}")
+                if session.writer_error and errors is not None:
+                    errors.append(f"{conv.sample_id}: {session.writer_error}")
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
         checkpoint = session.checkpoint()
@@ -207,6 +209,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
     total = sum(len(c.questions) for c in conversations) * len(budgets)
     results = []
     written: dict = {}   # the bookmark model's answers per conversation, reused across budgets
+    errors: list[str] = []
     bar = _progress(progress)
     with bar:
         task = bar.add_task("questions", total=total)
@@ -214,7 +217,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
             tallies = {name: Tally() for name in SYSTEMS}
             for conv in conversations:
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
-                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written)
+                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors)
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
     return {
@@ -223,7 +226,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy,
         "embedder": config.embedder,
-        **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": written.get("errors", [])}
+        **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],
         "results": results,
