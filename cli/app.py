@@ -97,6 +97,7 @@ def ingest(
     started = time.perf_counter()
     total = 0
     with open_home(config) as home:
+        home.writer  # noqa: B018 - with --bookmark-model, a missing key stops here, before any turn is accepted
         for name, messages in groups.items():
             s = home.open(name)
             for i in range(0, len(messages), 512):

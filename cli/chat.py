@@ -120,6 +120,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             register("offline", OfflineShell())
             model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
             model.check()
+            home.writer  # noqa: B018 - the bookmark model's key is checked up front too
             agent = Agent(session, model, speaker=config.user or "user")
             begin(session, model_name, agent.budget)
             _banner(console, session, config, model_name, writer.path, agent.budget)

@@ -93,8 +93,10 @@ class Home:
             from .llm import LiteLLMModel
             from .writer import BookmarkWriter
 
-            self._writer = BookmarkWriter(LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3),
-                                          self.config.bookmark_batch)
+            model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
+            # a missing key is one line naming the variable, before anything is accepted
+            model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
+            self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer
 
     @property

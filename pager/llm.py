@@ -100,8 +100,8 @@ class LiteLLMModel:
     def offline(self) -> bool:
         return self.name.startswith("pager/")
 
-    def check(self) -> None:
-        """Fail early, in one line, when the provider's key is missing."""
+    def check(self, otherwise: str = "run without --model for the offline memory shell") -> None:
+        """Fail early, in one line, when the provider's key is missing; `otherwise` is the way out."""
         if self.offline:
             return
         try:
@@ -110,8 +110,7 @@ class LiteLLMModel:
             return
         missing = env.get("missing_keys") or []
         if missing:
-            raise ModelError(f"model {self.name} needs {', '.join(missing)} in the environment; set it, or run "
-                             "without --model for the offline memory shell")
+            raise ModelError(f"model {self.name} needs {', '.join(missing)} in the environment; set it, or {otherwise}")
 
     def window(self) -> int:
         """The model's input window; a default for models litellm does not know."""

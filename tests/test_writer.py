@@ -209,3 +209,22 @@ def test_the_toolkit_names_pages_that_other_agents_remember(tmp_path):
     found = kit.call("search", {"query": "pet", "k": 1})
     assert "Coco" in found
     kit.close()
+
+
+def test_a_bookmark_model_without_its_key_is_one_line_and_nothing_is_ingested(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    conv = tmp_path / "c.jsonl"
+    conv.write_text("".join(json.dumps({"speaker": "ann", "text": f"line {i}"}) + "\n" for i in range(30)))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")} | {"PAGER_EMBEDDER": "hash"}
+    home = str(tmp_path / "h")
+    out = subprocess.run([sys.executable, "-m", "pager.cli", "--home", home, "ingest", str(conv), "-s", "t",
+                          "--bookmark-model", "gpt-4o-mini"], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "OPENAI_API_KEY" in out.stderr
+    assert "--bookmark-model" in out.stderr
+    seen = subprocess.run([sys.executable, "-m", "pager.cli", "--home", home, "inspect", "-s", "t", "--json"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert json.loads(seen.stdout)["turns"] == 0
