@@ -123,7 +123,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             home.writer  # noqa: B018 - the bookmark model's key is checked up front too
             agent = Agent(session, model, speaker=config.user or "user")
             begin(session, model_name, agent.budget)
-            _banner(console, session, config, model_name, writer.path, agent.budget)
+            _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):
                 line = line.strip()
                 if not line:
@@ -148,7 +148,8 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             writer.close()
 
 
-def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int) -> None:
+def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int,
+            tier: str = "full") -> None:
     console.rule(f"pager chat · session {session.name!r}")
     if model_name == OFFLINE:
         console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
@@ -159,6 +160,9 @@ def _banner(console: Console, session: Session, config: Config, model_name: str,
     lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
     console.print(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
                   f"policy {session.policy.name} · trace {trace}")
+    if tier != "full":
+        console.print(f"a small budget: the short system prompt{', no tools' if tier == 'bare' else ', compact tools'}; "
+                      "automatic paging still brings in what each message needs", highlight=False)
     console.print("type a message, or /help\n")
 
 

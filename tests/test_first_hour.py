@@ -99,3 +99,40 @@ def test_replay_check_passes_on_a_chat_with_mistyped_commands(tmp_path):
     trace = next((tmp_path / "traces").glob("boat-*.jsonl"))
     result = runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV)
     assert result.exit_code == 0, result.output
+
+
+# -- the minimum budget -----------------------------------------------------------------------------------
+def test_the_stated_minimum_budget_answers(tmp_path):
+    too_small = runner.invoke(app, ["--home", str(tmp_path), "chat", "-s", "m", "--budget", "10"], input="hi\n", env=ENV)
+    assert too_small.exit_code != 0 and "Traceback" not in too_small.output
+    stated = int(too_small.output.rsplit("at least ", 1)[1].split()[0])
+    assert stated < 400   # it was ~1,280 before the fixed regions scaled with the budget
+    out = chat(tmp_path, ["The boat is called Saltire.", "What is the boat called?"], "--budget", str(stated),
+               session="m")
+    assert "Saltire" in answers(out)[-1] and "exceeds" not in out
+    below = runner.invoke(app, ["--home", str(tmp_path), "chat", "-s", "m", "--budget", str(stated - 1)],
+                          input="hi\n", env=ENV)
+    assert below.exit_code != 0 and f"at least {stated}" in below.output
+
+
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+@pytest.mark.parametrize("page_tokens", [64, 128, 256])
+def test_the_config_floor_is_what_the_agent_needs(tmp_path, encoding, page_tokens):
+    from pager.agent import minimum_budget
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+    from pager.store import MemoryStore
+
+    config = Config(home=tmp_path, page_tokens=page_tokens, embedder="hash", tokenizer=encoding)
+    home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    assert minimum_budget(home.open("a")) == page_tokens + 178 == config.with_(budget=page_tokens + 178).budget
+    home.journal.close(remove=True)
+
+
+@pytest.mark.parametrize("budget", [400, 700, 1000, 1300, 1600])
+def test_every_budget_from_the_minimum_up_answers_with_tools_when_they_fit(tmp_path, budget):
+    out = chat(tmp_path, ["The boat is called Saltire.", "What is the boat called?"], "--budget", str(budget),
+               session="m")
+    assert "Saltire" in answers(out)[-1], out
+    assert ("search(" in out) == (budget >= 1000), out
