@@ -136,3 +136,105 @@ def test_every_budget_from_the_minimum_up_answers_with_tools_when_they_fit(tmp_p
                session="m")
     assert "Saltire" in answers(out)[-1], out
     assert ("search(" in out) == (budget >= 1000), out
+
+
+# -- tracebacks -------------------------------------------------------------------------------------------
+def test_an_unknown_embedder_is_one_line(tmp_path):
+    for name in ("bogus", "text-embedding-3-small"):
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        result = runner.invoke(app, ["--home", str(tmp_path), "search", "hi"], env={**env, "PAGER_EMBEDDER": name})
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "wordllama" in lines[0], result.output
+        assert name != "text-embedding-3-small" or "OPENAI_API_KEY" in lines[0]
+
+
+def test_chat_takes_rich_markup_and_invalid_utf8_as_text(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
+    script = "The closing tag [/] ends [bold]bold[/bold].\ncaf\xe9 is open late\nWhat ends bold?\n/search [/]\n/bookmarks\n"
+    out = subprocess.run([sys.executable, "-m", "pager.cli", "chat", "-s", "[/]"], input=script.encode("latin-1"),
+                         capture_output=True, timeout=120, env=env)
+    text = out.stdout.decode()
+    assert out.returncode == 0 and "Traceback" not in out.stderr.decode(), out.stderr.decode()
+    assert "you> caf\ufffd is open late" in text
+    quoted = answers(text)[-1]      # the shell quotes a stored turn that holds markup, verbatim
+    assert "The closing tag [/] ends [bold]bold[/bold]." in quoted, text
+    trace = next((tmp_path / "traces").glob("*.jsonl"))
+    assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV).exit_code == 0
+
+
+@pytest.fixture
+def memory(tmp_path):
+    from pager.config import Config
+    from pager.tools import Toolkit
+
+    with Toolkit(config=Config(home=tmp_path, embedder="hash", session="t")) as kit:
+        yield kit
+
+
+def test_toolkit_call_never_raises_for_what_a_model_can_send(memory):
+    deep = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    calls = [("remember", {"text": "caf\udce9"}), ("remember", '{"text": "caf\udce9"}'), ("search", {"query": deep}),
+             ("search", '{"query": ' + "[" * 5000 + "]" * 5000 + "}"), ("page_in", {"page": "p²"}),
+             ("page_in", '{"page": "p\u0663"}'), ("remember\udce9", {}), ("search", {"query": {1, 2}})]
+    for name, arguments in calls:
+        text, ok = memory.run(name, arguments)
+        assert not ok and "Error" not in text and "invalid literal" not in text, (name, text)
+    assert "lone surrogate" in memory.call("remember", {"text": "caf\udce9"})
+    assert "nested too deeply" in memory.call("search", {"query": deep})
+    assert "no page is called or bookmarked 'p²'" in memory.call("page_in", {"page": "p²"})
+    assert memory.call("remember", {"text": "still working"}).startswith("remembered")
+
+
+def test_a_full_disk_under_the_trace_is_reported_not_raised(memory):
+    import errno
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    memory._writer._fh.write = full
+    text = memory.call("remember", {"text": "The boat is called Saltire."})
+    assert text.startswith("remembered") and "No space left on device" in text
+    assert "Saltire" in memory.call("search", {"query": "boat"})   # memory goes on; the trace has stopped
+    assert "No space" not in memory.call("search", {"query": "boat"})   # said once
+
+
+def test_mcp_answers_every_request_and_refuses_unknown_arguments(tmp_path):
+    import subprocess
+    import sys
+
+    calls = [{"name": "remember", "arguments": {"text": "hi", "extra": 1}}, '{"name":"remember","arguments":{"text":"caf\\udce9"}}',
+             '{"name":"search","arguments":{"query":' + "[" * 5000 + "]" * 5000 + "}}",
+             {"name": "page_in", "arguments": {"page": "p²"}}, {"name": "search", "arguments": {"query": "hi"}}]
+    lines = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})]
+    for i, call in enumerate(calls, 2):
+        params = call if isinstance(call, str) else json.dumps(call)
+        lines.append('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}' % (i, params))
+    env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "pager.cli", "mcp", "-s", "m"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    replies = {}
+    for line in lines:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        if '"id"' in line:   # a request: its reply comes before the next one is sent
+            reply = json.loads(proc.stdout.readline() or "{}")
+            replies[reply.get("id")] = reply
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    assert sorted(replies, key=str) == [1, 2, 3, 4, 5, 6], proc.stderr.read()
+    texts = {i: replies[i]["result"]["content"][0]["text"] for i in range(2, 7)}
+    assert replies[2]["result"]["isError"] and "unknown argument(s) extra" in texts[2]
+    assert replies[3]["result"]["isError"] and "lone surrogate" in texts[3]
+    assert replies[4]["result"]["isError"] and "nested too deeply" in texts[4]
+    assert replies[5]["result"]["isError"] and "ValueError" not in texts[5]
+    assert not replies[6]["result"]["isError"]

@@ -15,6 +15,7 @@ what the others wrote.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,27 @@ from pager.config import Config
 from pager.home import Home
 from pager.trace import TraceWriter, begin
 
-from .dispatch import AGENT, Dispatcher
+from .dispatch import AGENT, MAX_ARGUMENT_CHARS, Dispatcher
+
+
+def unreadable(name, arguments) -> str:
+    """Why a call cannot even be read, so it is neither run nor recorded; '' when it can (the
+    dispatcher then explains anything else: bad JSON, a wrong type, an unknown tool)."""
+    try:
+        if isinstance(arguments, str) and len(arguments) <= MAX_ARGUMENT_CHARS:
+            try:
+                json.loads(arguments)
+            except ValueError:
+                pass
+        json.dumps([name, arguments], ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        return f"{name}: the arguments are nested too deeply to read; send a flat JSON object"
+    except UnicodeEncodeError:
+        return (f"{name}: the arguments hold a lone surrogate, which is not valid Unicode; "
+                "send the text as UTF-8")
+    except (TypeError, ValueError) as exc:
+        return f"{name}: arguments must be JSON values ({exc}); send a JSON object"
+    return ""
 
 
 def external(session, dispatcher: Dispatcher, name: str, arguments) -> tuple[str, bool]:
@@ -65,8 +86,15 @@ class Toolkit:
     def run(self, name: str, arguments: str | dict | None = None) -> tuple[str, bool]:
         """(text, ok): for servers that mark failed calls as errors."""
         with self._lock:
+            problem = unreadable(name, arguments)
+            if problem:   # nothing runs, so nothing is recorded: replay has nothing to redo
+                return problem, False
+            failed = self._writer.error if self._writer else ""
             self.session.emit("external_call", name=name, arguments=arguments if arguments is not None else "")
-            return external(self.session, self.dispatcher, name, arguments)
+            text, ok = external(self.session, self.dispatcher, name, arguments)
+            if self._writer and self._writer.error and not failed:
+                text += f"\n(the trace stopped: {self._writer.error}; memory itself is unaffected)"
+            return text, ok
 
     def close(self) -> None:
         with self._lock:
