@@ -7,7 +7,6 @@ Pages are never deleted: eviction only changes residency.
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from dataclasses import replace
@@ -540,26 +539,17 @@ class Session:
     def resident(self) -> list[int]:
         return sorted(n for n in self.frames.slots if n is not None)
 
-    def checkpoint(self) -> tuple:
-        """The paging state (not the pages): restore() returns to it exactly."""
-        table = PageTable({n: copy.copy(e) for n, e in self.table.items()})
-        return table, list(self.frames.slots), copy.copy(self.policy), self.tick, dict(self.counters)
-
-    def restore(self, checkpoint: tuple) -> None:
-        table, slots, policy, self.tick, counters = checkpoint
-        self.table = PageTable({n: copy.copy(e) for n, e in table.items()})
-        self.policy, self.counters = copy.copy(policy), dict(counters)
-        self.frames.table, self.frames.policy, self.frames.slots = self.table, self.policy, list(slots)
-        self.in_use = set()
-
     def paging_state(self, every: bool = True) -> dict:
-        """The page table, frame slots, CLOCK hand and counters: what replay resumes from exactly,
-        and (with only the used entries) what the store keeps for the next process."""
+        """The page table, frame slots, CLOCK hand and counters: the one representation of the
+        paging state. Replay resumes from it and the benchmark returns to it (every entry); the
+        store keeps it for the next process (only the used entries)."""
         return {"page_tokens": self.page_tokens, "table": self.table.snapshot(every), "slots": list(self.frames.slots),
                 "tick": self.tick, "counters": dict(self.counters), "policy": self.policy.name,
                 "hand": getattr(self.policy, "hand", 0)}
 
     def load_paging_state(self, state: dict) -> None:
+        """Return to a paging state exactly (pages themselves are untouched)."""
+        self.in_use = set()
         self.table.restore(state["table"])
         self.frames.slots = list(state["slots"])
         self.tick, self.counters = state["tick"], dict(state["counters"])
