@@ -19,7 +19,7 @@ from pager.agent import Agent
 from pager.config import Config
 from pager.errors import PagerError
 from pager.home import Home
-from pager.llm import OFFLINE, LiteLLMModel, preload, register
+from pager.llm import OFFLINE, model_for, preload, register
 from pager.offline import OfflineShell
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
@@ -108,22 +108,24 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
-    loading = preload()
+    model_name = config.model or OFFLINE
+    loading = preload() if not model_name.startswith("pager/") else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
         settle()
+        if loading:
+            loading.join()
+        register("offline", OfflineShell())
+        model = model_for(model_name, output_tokens=config.output_tokens)
+        model.check()
+        home.writer  # noqa: B018 - the bookmark model's key is checked up front too
+        agent = Agent(session, model, speaker=config.user or "user")
+        # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay
         writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")
         session.events.listeners.append(writer)
         printer = StepPrinter(console)
         session.events.listeners.append(printer)
-        model_name = config.model or OFFLINE
         try:
-            loading.join()
-            register("offline", OfflineShell())
-            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
-            model.check()
-            home.writer  # noqa: B018 - the bookmark model's key is checked up front too
-            agent = Agent(session, model, speaker=config.user or "user")
             begin(session, model_name, agent.budget)
             _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):

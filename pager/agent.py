@@ -17,7 +17,7 @@ from pager.tools import MODEL, Dispatcher
 
 from .context import MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow, LiteLLMModel
+from .llm import ContextOverflow, Model
 from .session import Session
 
 
@@ -94,7 +94,7 @@ def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int) -> tupl
 
 
 class Agent:
-    def __init__(self, session: Session, model: LiteLLMModel, dispatcher: Dispatcher = MODEL,
+    def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user") -> None:
         cfg = session.home.config
         self.session, self.model, self.dispatcher = session, model, dispatcher

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..bench.record import record
 from ..config import Config
 from ..formats import parse_jsonl
-from ..llm import LiteLLMModel, register
+from ..llm import LocalModel, register
 from ..offline import Script
 from .demo_script import QUESTIONS
 
@@ -74,7 +74,7 @@ def make(folder: Path) -> dict[str, dict]:
         "Malformed tool calls: a scripted model (recorded replies, no LLM) sends invalid JSON, a page that "
         "does not exist, an unknown tool and a mistyped argument; each comes back as a tool result saying "
         "what to do instead, and the session goes on to an answer.",
-        model=LiteLLMModel("pager/script"))
+        model=LocalModel("pager/script"))
     questions = [q for q, _ in QUESTIONS] + [QUESTIONS[0][0], QUESTIONS[2][0], "What else happened with the sync engine?"]
     out["clock_vs_lru"] = record(
         folder / "clock_vs_lru.jsonl", talk, questions, Config(budget=2048, session="policies"),
