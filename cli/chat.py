@@ -47,6 +47,7 @@ class StepPrinter:
         self.faulted: list[str] = []
         self.evicted: list[str] = []
         self.totals: list[int] = []
+        self.start: dict[str, int] = {}   # the session's counters when the chat began
 
     def __call__(self, event: Event) -> None:
         kind, d = event.kind, event.data
@@ -77,6 +78,18 @@ class StepPrinter:
             moved += f" · evicted {_list(self.evicted)}"
         self.console.print(f"  [dim]{head}[/]{moved}", highlight=False)
         self.faulted, self.evicted = [], []
+
+
+def stats_line(session: Session, printer: StepPrinter) -> str:
+    """Counters of this chat: each fault, hit and eviction is one event of its trace, so `trace show`
+    and the HTML timeline count the same (the session's lifetime counters are in `pager inspect`)."""
+    st = session.stats()
+    since = {k: st[k] - printer.start.get(k, 0) for k in ("faults", "hits", "evictions")}
+    uses = since["faults"] + since["hits"]
+    per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
+    return (f"this chat: faults {since['faults']} · evictions {since['evictions']} · hits {since['hits']} · hit rate "
+            f"{since['hits'] / uses if uses else 0:.0%} · session: {st['turns']} turns on {st['pages']} pages · frames "
+            f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
 
 
 def _list(pages: list[str], shown: int = 6) -> str:
@@ -126,6 +139,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
         printer = StepPrinter(console)
         session.events.listeners.append(printer)
         try:
+            printer.start = dict(session.counters)   # /stats counts this chat, as its trace does
             begin(session, model_name, agent.budget)
             _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):
@@ -198,11 +212,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                               " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), Text(session.render.snippet(hit, 100)))
             console.print(table)
         elif name == "/stats":
-            st = session.stats()
-            per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
-            console.print(f"faults {st['faults']} · evictions {st['evictions']} · hits {st['hits']} · hit rate "
-                          f"{st['hit_rate']:.0%} · {st['turns']} turns on {st['pages']} pages · frames "
-                          f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+            console.print(stats_line(session, printer))
         elif name == "/policy":
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")

@@ -312,3 +312,23 @@ print("mcp", "litellm" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["chat", "False", "mcp", "False"], out.stderr
+
+
+def test_one_number_for_evictions_in_stats_trace_show_and_the_timeline(maya, tmp_path):
+    import re
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    out = chat(home, ["Who is allergic to peanuts?", "What did we decide about the sync engine?",
+                      "How much money did we have for the Lisbon offsite?", "/stats"], "--budget", "2048")
+    stats = re.search(r"this chat: faults (\d+) · evictions (\d+) · hits (\d+)", out)
+    assert stats and int(stats.group(2)) > 0, out
+    trace = next((home / "traces").glob("maya-*.jsonl"))
+    shown = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace)], env=ENV).output
+    paging = re.search(r"(\d+) faults · (\d+) hits · (\d+) evictions", shown)
+    assert (paging.group(1), paging.group(3), paging.group(2)) == stats.groups(), (shown, out)
+    page = tmp_path / "t.html"
+    runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), "--html", str(page)], env=ENV)
+    timeline = re.search(r"(\d+) faults · (\d+) evictions", page.read_text())
+    assert timeline.groups() == (stats.group(1), stats.group(2))
