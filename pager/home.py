@@ -262,27 +262,29 @@ class Home:
             raise StoreError("this home was opened read-only; open it without read_only to write")
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
         order = sorted(drafts, key=lambda s: s.key())
-        with self._mutex, ExitStack() as stack:
-            locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
-            plans = {}
-            for s in order:
-                s.sync(locks[s])
-                plans[s] = s.number(drafts[s], locks[s].last_turn)
-            written = [s for s in order if plans[s][0]]
-            for s in written:
-                locks[s].intend()
-            try:
-                self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
-            except BaseException:
+        with self._mutex:
+            with ExitStack() as stack:
+                locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
+                plans = {}
+                for s in order:
+                    s.sync(locks[s])
+                    plans[s] = s.number(drafts[s], locks[s].last_turn)
+                written = [s for s in order if plans[s][0]]
                 for s in written:
-                    locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
-                raise
-            for s in written:
-                locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
-                s.generation = locks[s].generation
-        for s in order:
-            s.take_accepted(plans[s][0], origin)
-        self.maybe_flush()
+                    locks[s].intend()
+                try:
+                    self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
+                except BaseException:
+                    for s in written:
+                        locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
+                    raise
+                for s in written:
+                    locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
+                    s.generation = locks[s].generation
+            # durable and numbered: the locks are free for others while this process packs
+            for s in order:
+                s.take_accepted(plans[s][0], origin)
+            self.maybe_flush()
         return {s: plans[s][1] for s in order}
 
     def journal_op(self, session, op: dict) -> None:
