@@ -17,7 +17,8 @@ from pager.tools import MODEL, Dispatcher
 
 from .context import build, message_tokens
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow, LiteLLMModel
+from .llm import ContextOverflow
+from .model import Model
 from .session import Session
 
 
@@ -31,7 +32,7 @@ class Reply:
 
 
 class Agent:
-    def __init__(self, session: Session, model: LiteLLMModel, dispatcher: Dispatcher = MODEL,
+    def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user") -> None:
         cfg = session.home.config
         self.session, self.model, self.dispatcher = session, model, dispatcher

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .journal import Journal
 from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
@@ -119,6 +119,9 @@ class Home:
             s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
+        elif policy is not None and policy != self.sessions[key].policy.name:
+            raise ConfigError(f"session {key[1]!r} is already open with policy {self.sessions[key].policy.name}, not "
+                              f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
 
     # -- the index cache: a session's search index, kept on local disk between processes -------------------

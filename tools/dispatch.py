@@ -28,6 +28,10 @@ class Dispatcher:
     def names(self) -> list[str]:
         return list(self.functions)
 
+    def params(self, name: str) -> list:
+        """The parameters of tool `name` as the dispatcher checks them (empty for an unknown tool)."""
+        return list(self._params.get(name, ()))
+
     def schemas(self) -> list[dict]:
         return json.loads(json.dumps(self._schemas))
 
