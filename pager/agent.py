@@ -95,9 +95,9 @@ class Agent:
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
-        reply = self._finish(text, step, calls)
-        reply.stopped = True
-        return reply
+        stopped = self._finish(text, step, calls)
+        stopped.stopped = True
+        return stopped
 
     def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
         """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them

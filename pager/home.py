@@ -24,7 +24,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
@@ -33,6 +33,9 @@ from .journal import Journal
 from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
 from .tokens import Tokenizer, get_tokenizer
+
+if TYPE_CHECKING:
+    from .session import Session
 
 
 @dataclass

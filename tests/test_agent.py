@@ -1,6 +1,5 @@
 """The agent loop through litellm: the offline shell, scripted replies, failures that never crash."""
 
-import json
 
 import pytest
 

@@ -9,7 +9,7 @@ from typing import get_type_hints
 
 import pytest
 
-from conftest import run_py, say
+from conftest import run_py
 from pager.config import Config
 from pager.errors import ConfigError, ToolError
 from pager.tools import AGENT, Toolkit

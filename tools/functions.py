@@ -66,7 +66,7 @@ def page_in(session: Session, page: str) -> str:
         if not found:
             hits = session.search(target, k=1, record=False)
             if not hits:
-                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids")
+                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids") from None
             found = [hits[0].n]
         numbers = found[:3]
     moved = []

@@ -135,7 +135,8 @@ class Baselines:
 
     def pack(self, order: list[int], budget: int) -> tuple[list[int], int]:
         """Greedy: take turns in rank order while they fit; render in conversation order."""
-        chosen, used = [], 0
+        chosen: list[int] = []
+        used = 0
         for i in order:
             cost = self.costs[i] + (1 if chosen else 0)
             if used + cost <= budget:
@@ -184,7 +185,7 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
             ctx = build(session, q.question, budget=budget, chat=False)
             ms = (time.perf_counter() - started) * 1000
             spans = turns_in_context(session, ctx.pages)
-            recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))
+            recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))  # noqa: B023 - called at once
             tallies["pager"].outcomes.append(Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms))
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
@@ -192,7 +193,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     chosen, tokens = base.pack(base.rank(system, q.question), budget)
                     ms = (time.perf_counter() - started) * 1000
                     inside = {base.numbers[i] for i in chosen}
-                    recall, all_hit = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in inside else [])
+                    recall, all_hit = score(evidence, lengths,
+                                            lambda t: [(0, lengths[t])] if t in inside else [])  # noqa: B023
                     tallies[system].outcomes.append(Outcome(q.category, recall, all_hit, tokens, ms))
             on_question()
         home.journal.close(remove=True)
