@@ -230,3 +230,29 @@ print(json.dumps({"litellm_before": imported, "same": direct == routed, "direct"
     assert result["litellm_before"] is False, "the offline shell in process must not import litellm"
     assert "shellfish" in result["direct"][0] and result["direct"][1].startswith("Noted")
     assert result["same"], "HandlerModel and the litellm route must answer and trace alike"
+
+
+# -- what `pip install .` brings, and what only `pager[bench]` does -----------------------------------------
+
+BLOCK_BENCH = "import sys; sys.modules['rank_bm25'] = None; sys.modules['matplotlib'] = None\n"
+
+
+def test_the_demo_runs_without_the_bench_packages(tmp_path):
+    out = run_py(BLOCK_BENCH + "import sys\nfrom pager.cli.app import main\n"
+                 f"sys.argv = ['pager', 'demo', '--keep', {str(tmp_path / 'demo')!r}]\nmain()")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Sam" in out.stdout and "peanut" in out.stdout.lower()
+
+
+@pytest.mark.parametrize("args, names", [
+    (["bench", "locomo", "--data", "DATA"], "the BM25 baseline (or --no-baselines) needs rank-bm25"),
+    (["bench", "locomo", "--data", "DATA", "--no-baselines", "--plot", "out.png"], "--plot needs matplotlib"),
+])
+def test_bench_without_its_packages_says_the_one_install_that_fixes_it(tmp_path, args, names):
+    data = tmp_path / "locomo.json"
+    data.write_text("[]")
+    args = [str(data) if a == "DATA" else a for a in args]
+    out = run_py(BLOCK_BENCH + f"import sys\nfrom pager.cli.app import main\nsys.argv = ['pager', *{args!r}]\nmain()",
+                 cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [f"pager: {names}, which is not installed; pip install 'pager[bench]'"]

@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import need
 from ..config import Config
 from ..context import build
 from ..embed import make_embedder
@@ -114,7 +115,7 @@ class Baselines:
     """Turn-level systems over one conversation, packed into the same budget."""
 
     def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int]) -> None:
-        from rank_bm25 import BM25Okapi
+        BM25Okapi = need("rank_bm25", "the BM25 baseline (or --no-baselines)").BM25Okapi
 
         self.tokenizer = session.tokenizer
         self.numbers = turn_numbers
@@ -281,8 +282,7 @@ def plot(report: dict, out: Path) -> None:
     """Recall against budget, pager and baselines, to a PNG."""
     import logging
 
-    import matplotlib
-
+    matplotlib = need("matplotlib", "a plot")
     matplotlib.use("Agg")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt
