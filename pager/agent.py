@@ -52,6 +52,7 @@ class Agent:
         ts = s.clock()
         s.emit("user", text=text, ts=ts, speaker=self.speaker)
         turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent")
+        self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
         self._ts = ts
         scratch: list[dict] = []
         calls: list[dict] = []
