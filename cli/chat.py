@@ -87,7 +87,7 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
 
-        prompt = PromptSession(history=FileHistory(str(home.path / "chat_history")))
+        prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home.path / "chat_history")))
         while True:
             try:
                 yield prompt.prompt("you> ")

@@ -17,7 +17,8 @@ from pager.tools import MODEL, Dispatcher
 
 from .context import build, message_tokens
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow, LiteLLMModel
+from .llm import ContextOverflow
+from .model import Model
 from .session import Session
 
 
@@ -31,7 +32,7 @@ class Reply:
 
 
 class Agent:
-    def __init__(self, session: Session, model: LiteLLMModel, dispatcher: Dispatcher = MODEL,
+    def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user") -> None:
         cfg = session.home.config
         self.session, self.model, self.dispatcher = session, model, dispatcher
@@ -95,9 +96,9 @@ class Agent:
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
-        reply = self._finish(text, step, calls)
-        reply.stopped = True
-        return reply
+        stopped = self._finish(text, step, calls)
+        stopped.stopped = True
+        return stopped
 
     def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
         """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them

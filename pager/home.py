@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .journal import Journal
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
 from .tokens import Tokenizer, get_tokenizer
@@ -164,6 +164,9 @@ class Home:
             s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
+        elif policy is not None and policy != self.sessions[key].policy.name:
+            raise ConfigError(f"session {key[1]!r} is already open with policy {self.sessions[key].policy.name}, not "
+                              f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
 
     def exists(self, user: str, session: str) -> bool:
