@@ -148,13 +148,14 @@ def inspect(
             typer.echo(json.dumps(inspect_json(s), ensure_ascii=False))
             return
         from rich.console import Console
+        from rich.text import Text
 
         from pager import views
 
         console = Console()
         st = s.stats()
-        console.print(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
-                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions")
+        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
+                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
         console.print(views.frame_strip(s))
         console.print(views.legend())
         console.print(views.frame_table(s))
@@ -236,15 +237,16 @@ def search(
             return
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=f"{query!r} in session {s.name!r} ({len(s.pages)} pages)", title_justify="left")
+        table = Table(title=Text(f"{query!r} in session {s.name!r} ({len(s.pages)} pages)"), title_justify="left")
         for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
             table.add_column(name, overflow="fold")
         for r in rows:
             signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
-                          ", ".join(r["bookmarks"]), r["snippet"])
-        Console().print(table if rows else f"no page of session {s.name!r} matches {query!r}")
+                          Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
+        Console().print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
 
 
 @command()

@@ -10,7 +10,9 @@ import sys
 from typing import Callable, Iterator, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from pager import views
 from pager.agent import Agent
@@ -53,19 +55,19 @@ class StepPrinter:
         elif kind == "evict":
             self.evicted.append(d["page"])
         elif kind == "pin":
-            self.console.print(f"  [magenta]pinned {d['page']}[/]", highlight=False)
+            self.console.print(f"  [magenta]pinned {escape(str(d['page']))}[/]", highlight=False)
         elif kind == "model_request":
             self.totals.append(d["tokens"]["total"])
             self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames")
         elif kind == "tool_call":
             args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
-            self.console.print(f"  [cyan]↳ {d['name']}[/]({args})", highlight=False)
+            self.console.print(f"  [cyan]↳ {escape(d['name'])}[/]({escape(args)})", highlight=False)
         elif kind == "bookmarks_written" and d["marks"]:
             named = ", ".join(f"{m['page']} ({', '.join(m['keywords'][:3])})" for m in d["marks"][:4])
             more = f" (+{len(d['marks']) - 4})" if len(d["marks"]) > 4 else ""
-            self.console.print(f"  [blue]bookmark model:[/] {named}{more}", highlight=False)
+            self.console.print(f"  [blue]bookmark model:[/] {escape(named)}{more}", highlight=False)
         elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error"):
-            self.console.print(f"  [red]{kind}[/]: {d.get('error') or d.get('text') or d}", highlight=False)
+            self.console.print(f"  [red]{kind}[/]: {escape(str(d.get('error') or d.get('text') or d))}", highlight=False)
 
     def _flush(self, head: str) -> None:
         moved = ""
@@ -94,8 +96,11 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
             except EOFError:
                 return
     else:
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")   # invalid UTF-8 shows as �, it does not end the chat
         for line in stream:
-            yield line.rstrip("\n")
+            # a stream opened with surrogateescape (the C locale) hands invalid bytes over as lone surrogates
+            yield line.rstrip("\n").encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def run(config: Config, stream: TextIO | None = None, console: Console | None = None,
@@ -120,13 +125,13 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             home.writer  # noqa: B018 - the bookmark model's key is checked up front too
             agent = Agent(session, model, speaker=config.user or "user")
             begin(session, model_name, agent.budget)
-            _banner(console, session, config, model_name, writer.path, agent.budget)
+            _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):
                 line = line.strip()
                 if not line:
                     continue
                 if not interactive:
-                    console.print(f"[bold]you>[/] {line}", highlight=False)
+                    console.print(f"[bold]you>[/] {escape(line)}", highlight=False)
                 if line.startswith("/"):
                     session.emit("command", line=line)
                     if _command(line, session, printer, console) == "quit":
@@ -135,9 +140,9 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                 try:
                     reply = agent.ask(line)
                 except PagerError as exc:  # e.g. a message larger than the budget: refused, nothing accepted
-                    console.print(f"[red]{exc}[/]", highlight=False)
+                    console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                     continue
-                console.print(f"[bold green]pager>[/] {reply.text}", highlight=False)
+                console.print(f"[bold green]pager>[/] {escape(reply.text)}", highlight=False)
             if session.unwritten and home.writer:  # the last pages, fewer than a batch
                 session.write_bookmarks(force=True)
         finally:
@@ -145,17 +150,21 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             writer.close()
 
 
-def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int) -> None:
-    console.rule(f"pager chat · session {session.name!r}")
+def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int,
+            tier: str = "full") -> None:
+    console.rule(Text(f"pager chat · session {session.name!r}"))
     if model_name == OFFLINE:
         console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
                       "quotes your memory; it does not think. Set --model or PAGER_MODEL for a real model.")
     else:
-        console.print(f"model {model_name}")
+        console.print(f"model {escape(model_name)}", highlight=False)
     state = f"resumed with {session.turn_count} turns, {len(session.pages)} pages" if session.turn_count else "new session"
     lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
-    console.print(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
-                  f"policy {session.policy.name} · trace {trace}")
+    console.print(Text(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
+                       f"policy {session.policy.name} · trace {trace}"))
+    if tier != "full":
+        console.print(f"a small budget: the short system prompt{', no tools' if tier == 'bare' else ', compact tools'}; "
+                      "automatic paging still brings in what each message needs", highlight=False)
     console.print("type a message, or /help\n")
 
 
@@ -179,12 +188,12 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             if not arg:
                 console.print("usage: /search QUERY")
                 return None
-            table = Table(title=f"search {arg!r}", title_justify="left")
+            table = Table(title=Text(f"search {arg!r}"), title_justify="left")
             for col in ("page", "score", "signals", "best piece"):
                 table.add_column(col, overflow="fold")
             for hit in session.search(arg, k=8):
                 table.add_row(hit.id + (" *" if session.table[hit.n].resident else ""), f"{hit.score:.2f}",
-                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), session.render.snippet(hit, 100))
+                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), Text(session.render.snippet(hit, 100)))
             console.print(table)
         elif name == "/stats":
             st = session.stats()
@@ -200,7 +209,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             session.pin(n) if name == "/pin" else session.unpin(n)
             console.print(f"{name[1:]}ned p{n}")
         else:
-            console.print(f"unknown command {name}; /help lists them")
+            console.print(f"unknown command {escape(name)}; /help lists them", highlight=False)
     except PagerError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
     return None

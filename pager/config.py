@@ -30,6 +30,11 @@ ENV = {
 }
 
 
+# Tokens a chat needs besides one page: the short system prompt, a memory map and a message
+# (pager.agent.minimum_budget computes it from the prompt files; a test holds the two equal).
+CHAT_FLOOR = 178
+
+
 @dataclass(frozen=True)
 class Config:
     home: Path = field(default_factory=lambda: Path.home() / ".pager")  # journal, traces, default db
@@ -62,10 +67,10 @@ class Config:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
         if self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        if self.budget < self.page_tokens + 64:
+        if self.budget < self.page_tokens + CHAT_FLOOR:
             raise ConfigError(
-                f"budget {self.budget} cannot hold one page of {self.page_tokens} tokens and a memory map; "
-                f"raise --budget to at least {self.page_tokens + 64}"
+                f"budget {self.budget} cannot hold a prompt, a memory map, one page of {self.page_tokens} tokens "
+                f"and a message; raise --budget to at least {self.page_tokens + CHAT_FLOOR}"
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")

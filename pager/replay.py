@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
-from .errors import InputError
+from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
 from .store import MemoryStore
@@ -269,15 +269,20 @@ def _resume(session, event: dict, policy: str | None) -> None:
 
 
 def _command(session, line: str, keep_policy: bool) -> None:
+    """What a chat's slash command did to the session; a mistyped one did nothing there (chat
+    printed the error and went on), so it does nothing here."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
-    if name == "/search" and arg:
-        session.search(arg, k=8)
-    elif name == "/policy" and not keep_policy:
-        session.set_policy(arg)
-    elif name in ("/pin", "/unpin"):
-        n = session.resolve(arg)
-        session.pin(n) if name == "/pin" else session.unpin(n)
+    try:
+        if name == "/search" and arg:
+            session.search(arg, k=8)
+        elif name == "/policy" and not keep_policy:
+            session.set_policy(arg)
+        elif name in ("/pin", "/unpin"):
+            n = session.resolve(arg)
+            session.pin(n) if name == "/pin" else session.unpin(n)
+    except PagerError:
+        pass
 
 
 def _comparable(events: Iterable[dict]) -> list[dict]:

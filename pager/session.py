@@ -21,7 +21,7 @@ from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
-from .search import Hit, Index, label_time, terms
+from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
 from .store import Batch
 from .trace import Events
 
@@ -500,10 +500,17 @@ class Session:
         return hits
 
     def _tail_hit(self, query: str) -> Hit | None:
-        wanted = set(terms(query))
+        query_terms = terms(query)
+        wanted = set(query_terms)
+        names = {t for s in self.index.speakers | {piece.turn.speaker.lower() for piece in self.packer.pieces}
+                 for t in terms(s)}
         best, where = 0, -1
         for i, piece in enumerate(self.packer.pieces):
-            overlap = len(wanted & set(terms(piece.line)))
+            have = terms(piece.line)
+            kind = piece_kind(piece.line)
+            if kind == QUOTE or (kind == QUESTION and echoes(have, query_terms, names)):
+                continue   # an echo of the query is not what it asks for
+            overlap = len(wanted & set(have))
             if overlap > best:
                 best, where = overlap, i
         if not best:

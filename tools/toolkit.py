@@ -18,6 +18,7 @@ what the others wrote.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Literal
@@ -27,7 +28,27 @@ from pager.errors import ConfigError, ToolError
 from pager.home import Home
 from pager.trace import TraceWriter, begin, new_trace_path
 
-from .dispatch import AGENT, Dispatcher
+from .dispatch import AGENT, MAX_ARGUMENT_CHARS, Dispatcher
+
+
+def unreadable(name, arguments) -> str:
+    """Why a call cannot even be read, so it is neither run nor recorded; '' when it can (the
+    dispatcher then explains anything else: bad JSON, a wrong type, an unknown tool)."""
+    try:
+        if isinstance(arguments, str) and len(arguments) <= MAX_ARGUMENT_CHARS:
+            try:
+                json.loads(arguments)
+            except ValueError:
+                pass
+        json.dumps([name, arguments], ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        return f"{name}: the arguments are nested too deeply to read; send a flat JSON object"
+    except UnicodeEncodeError:
+        return (f"{name}: the arguments hold a lone surrogate, which is not valid Unicode; "
+                "send the text as UTF-8")
+    except (TypeError, ValueError) as exc:
+        return f"{name}: arguments must be JSON values ({exc}); send a JSON object"
+    return ""
 
 
 def external(session, dispatcher: Dispatcher, name: str, arguments) -> tuple[str, bool]:
@@ -71,8 +92,15 @@ class Toolkit:
     def run(self, name: str, arguments: str | dict | None = None) -> tuple[str, bool]:
         """(text, ok): for servers that mark failed calls as errors."""
         with self._lock:
+            problem = unreadable(name, arguments)
+            if problem:   # nothing runs, so nothing is recorded: replay has nothing to redo
+                return problem, False
+            failed = self._writer.error if self._writer else ""
             self.session.emit("external_call", name=name, arguments=arguments if arguments is not None else "")
-            return external(self.session, self.dispatcher, name, arguments)
+            text, ok = external(self.session, self.dispatcher, name, arguments)
+            if self._writer and self._writer.error and not failed:
+                text += f"\n(the trace stopped: {self._writer.error}; memory itself is unaffected)"
+            return text, ok
 
     # -- typed calls for your own code: the same path as `call`; a refusal raises ToolError -------------------
     def remember(self, text: str, role: Literal["user", "assistant"] = "user", speaker: str = "") -> str:
