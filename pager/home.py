@@ -480,7 +480,7 @@ class Snapshot:
 
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
         if with_vectors:  # the index cache did not fit: vectors come from the store
-            return self.fallback().pages(user, session, after, with_vectors)
+            return self._store().pages(user, session, after, with_vectors)
         return [p for p in self.saved_pages if p.n > after], []
 
     def bookmarks(self, user: str, session: str) -> list:
@@ -488,11 +488,15 @@ class Snapshot:
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept
-            return self.fallback().turns(user, session, after)
+            return self._store().turns(user, session, after)
         return list(self.tail)
 
     def refresh(self) -> None:
-        self.fallback().refresh()
+        self._store().refresh()
+
+    def _store(self) -> Store:
+        assert self.fallback is not None, "a snapshot is read through Home._snapshot, which sets its fallback"
+        return self.fallback()
 
 
 @contextmanager
