@@ -436,9 +436,13 @@ def bench_locomo(
 
     from rich.console import Console
 
-    from pager.bench import locomo
+    from pager.bench import locomo, need
     from pager.config import Config
 
+    if baselines:   # before the run, not after it
+        need("rank_bm25", "the BM25 baseline (or --no-baselines)")
+    if plot:
+        need("matplotlib", "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model)
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines)
     console = Console()

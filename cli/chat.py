@@ -19,7 +19,8 @@ from pager.agent import Agent
 from pager.config import Config
 from pager.errors import PagerError
 from pager.home import Home
-from pager.llm import OFFLINE, model_for, preload, register
+from pager.llm import OFFLINE, LiteLLMModel, preload
+from pager.model import HandlerModel
 from pager.offline import OfflineShell
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
@@ -102,7 +103,7 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
 
-        prompt = PromptSession(history=FileHistory(str(home.path / "chat_history")))
+        prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home.path / "chat_history")))
         while True:
             try:
                 yield prompt.prompt("you> ")
@@ -122,15 +123,17 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
     model_name = config.model or OFFLINE
-    loading = preload() if not model_name.startswith("pager/") else None   # the offline shell needs no litellm
+    loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
         settle()
         if loading:
             loading.join()
-        register("offline", OfflineShell())
-        model = model_for(model_name, output_tokens=config.output_tokens)
-        model.check()
+        if model_name == OFFLINE:
+            model = HandlerModel(OfflineShell(), OFFLINE, output_tokens=config.output_tokens)
+        else:
+            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            model.check()
         home.writer  # noqa: B018 - the bookmark model's key is checked up front too
         agent = Agent(session, model, speaker=config.user or "user")
         # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay

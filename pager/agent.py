@@ -17,7 +17,8 @@ from pager.tools import MODEL, Dispatcher
 
 from .context import MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow, Model
+from .llm import ContextOverflow
+from .model import Model
 from .session import Session
 
 
@@ -157,9 +158,9 @@ class Agent:
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
-        reply = self._finish(text, step, calls)
-        reply.stopped = True
-        return reply
+        stopped = self._finish(text, step, calls)
+        stopped.stopped = True
+        return stopped
 
     def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
         """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them

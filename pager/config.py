@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import ConfigError
@@ -96,14 +97,14 @@ class Config:
         return replace(self, **changes)
 
     @classmethod
-    def load(cls, env: dict[str, str] | None = None, **flags) -> "Config":
+    def load(cls, env: Mapping[str, str] | None = None, **flags) -> "Config":
         """Flags that are not None win over the environment, which wins over the defaults."""
-        env = os.environ if env is None else env
-        types = {f.name: f.type for f in fields(cls)}
+        source = os.environ if env is None else env
+        types = {f.name: str(f.type) for f in fields(cls)}   # annotations are strings here ("int")
         values: dict = {}
         for var, name in ENV.items():
-            if env.get(var):
-                values[name] = _coerce(name, types[name], env[var], var)
+            if source.get(var):
+                values[name] = _coerce(name, types[name], source[var], var)
         values.update({k: v for k, v in flags.items() if v is not None})
         return cls(**values)
 

@@ -77,7 +77,7 @@ def _ingest(session, messages: list[dict], console: Console) -> None:
         by_date.setdefault(m["date"], []).append(m)
     weeks = list(by_date.items())
     show = {0, 1, 2, 3, 5, 8, 12, 18, 24, len(weeks) - 1}
-    for i, (date, chunk) in enumerate(weeks):
+    for i, (_date, chunk) in enumerate(weeks):
         session.append_many(chunk)
         if i in show:
             line = views.frame_strip(session)

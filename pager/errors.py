@@ -41,3 +41,7 @@ class StoreError(PagerError):
 
 class ModelError(PagerError):
     """The model provider failed in a way retries did not fix."""
+
+
+class ToolError(PagerError):
+    """A typed Toolkit call the tool refused; the message is the tool's answer and names the fix."""

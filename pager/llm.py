@@ -1,8 +1,7 @@
-"""Models: the small protocol the agent loop depends on, and its implementations.
+"""Model calls through litellm (`LiteLLMModel`), imported once, lazily, and quietly.
 
-`Model` is what `Agent` calls: a real provider through litellm (`LiteLLMModel`), pager's own
-models (`LocalModel`: the offline memory shell, scripted replies) and replay's recorded
-replies (pager.replay.ReplayModel). `model_for(name)` picks one for a model string.
+The agent loop depends only on pager.model.Model; pager's own models (the offline memory
+shell, scripted replies) run in process as pager.model.HandlerModel, without litellm.
 
 `import litellm` costs seconds and, unconfigured, fetches a price map from the network and
 prints to stdout (which would corrupt an MCP stdio stream). So it is imported only when a
@@ -19,7 +18,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 from .errors import ConfigError, ModelError
 
@@ -89,57 +88,6 @@ class ModelReply:
 
 class ContextOverflow(Exception):
     """The provider said the prompt is longer than the model's window."""
-
-
-class Model(Protocol):
-    """What the agent loop calls."""
-
-    name: str
-    output_tokens: int      # reserved for the reply, outside the budget
-
-    @property
-    def offline(self) -> bool: ...          # needs no key and no network
-
-    def check(self) -> None: ...            # fail early, in one line, when it cannot work (a missing key)
-
-    def window(self) -> int: ...            # the input window in tokens
-
-    def complete(self, messages: list[dict], tools: list[dict]) -> ModelReply: ...
-
-
-class LocalModel:
-    """A model of pager's own (`pager/offline`, `pager/script`, …): handler(messages, tools) → reply
-    dict (see offline.py), called directly, without litellm."""
-
-    offline = True
-
-    def __init__(self, name: str, handler=None, output_tokens: int = 1024) -> None:
-        self.name, self.output_tokens = name, output_tokens
-        self.handler = handler
-
-    def check(self, otherwise: str = "") -> None:
-        if self._handler() is None:
-            raise ConfigError(f"no pager model {self.name!r}; use pager/offline or set --model to a provider's model")
-
-    def window(self) -> int:
-        return DEFAULT_WINDOW
-
-    def _handler(self):
-        return self.handler or _providers.get(self.name.split("/", 1)[-1])
-
-    def complete(self, messages: list[dict], tools: list[dict]) -> ModelReply:
-        self.check()
-        reply = dict(self._handler()(messages, tools))
-        calls = [{"id": c.get("id") or f"call_{i}", "name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}
-                 for i, c in enumerate(reply.get("tool_calls") or [])]
-        return ModelReply(reply.get("content") or "", calls, {}, 0, reply.get("finish_reason") == "length")
-
-
-def model_for(name: str, output_tokens: int = 1024) -> "Model":
-    """The model for a model string: pager's own for `pager/…`, litellm's for anything else."""
-    if name.startswith("pager/"):
-        return LocalModel(name, output_tokens=output_tokens)
-    return LiteLLMModel(name, output_tokens=output_tokens)
 
 
 class LiteLLMModel:

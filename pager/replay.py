@@ -249,8 +249,8 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
-            session.apply_written([Written(parse_page_id(m["page"]), tuple(m["keywords"]), m.get("note", ""))
-                                   for m in event["marks"]])
+            session.apply_written([Written(n, tuple(m["keywords"]), m.get("note", ""))
+                                   for m in event["marks"] if (n := parse_page_id(m["page"])) is not None])
         if check:
             run.divergence = _first_divergence(compare, live)
             if run.divergence:

@@ -440,12 +440,12 @@ class Session:
             self.emit("resize", frames=count, was=before)
 
     # -- bookmarks ------------------------------------------------------------------------------------
-    def bookmark(self, pages: Iterable[int], keywords: Iterable[str], note: str = "", source: str = "model") -> bm.Bookmark:
-        pages = tuple(self.resolve(p) for p in pages)
-        keywords = tuple(k.strip() for k in keywords if k and k.strip())
-        if not keywords:
+    def bookmark(self, pages: Iterable[int | str], keywords: Iterable[str], note: str = "", source: str = "model") -> bm.Bookmark:
+        numbers = tuple(self.resolve(p) for p in pages)
+        words = tuple(k.strip() for k in keywords if k and k.strip())
+        if not words:
             raise InputError("a bookmark needs at least one keyword")
-        return self._bookmark(keywords, pages, note.strip(), source)
+        return self._bookmark(words, numbers, note.strip(), source)
 
     def _bookmark(self, keywords: tuple[str, ...], pages: tuple[int, ...], note: str, source: str) -> bm.Bookmark:
         mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())

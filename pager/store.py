@@ -163,7 +163,7 @@ class LanceStore:
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
         try:
-            kwargs = {}
+            kwargs: dict = {}
             if read_consistency_s is not None:
                 from datetime import timedelta
 

@@ -41,7 +41,7 @@ class Timeline:
 def collect(path: Path) -> Timeline:
     """Replay the trace and keep the frame map at every assembled context."""
     timeline = Timeline(title=Path(path).name)
-    seen = {"events": 0, "message": ""}
+    seen: dict = {"events": 0, "message": ""}
 
     def on_context(i, ctx, session, events) -> None:
         new = events[seen["events"]:]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 from rich.table import Table
 from rich.text import Text
 
 from .session import Session
 
 
-def frame_strip(session: Session, fresh: set[int] = frozenset()) -> Text:
+def frame_strip(session: Session, fresh: Set[int] = frozenset()) -> Text:
     """One cell per frame: [p12] coloured by state (tail, pinned, just faulted, referenced), · when free."""
     out = Text()
     for n in session.frames.slots:

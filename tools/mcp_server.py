@@ -93,7 +93,7 @@ async def _serve_stdio(server) -> None:
     from mcp.server.stdio import stdio_server
 
     stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-    async with stdio_server(stdin=_Answerable(stdin)) as (read, write):
+    async with stdio_server(stdin=_Answerable(stdin)) as (read, write):  # type: ignore[arg-type]  # duck-typed
         low = server._lowlevel_server
         await low.run(read, write, low.create_initialization_options())
 

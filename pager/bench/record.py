@@ -14,7 +14,7 @@ from typing import Iterable
 from ..agent import Agent
 from ..config import Config
 from ..home import Home
-from ..llm import LocalModel, Model, register
+from ..model import HandlerModel, Model
 from ..offline import OfflineShell
 from ..store import MemoryStore
 from ..trace import TraceWriter, begin
@@ -23,8 +23,7 @@ from ..trace import TraceWriter, begin
 def record(out: Path, messages: list[dict], questions: Iterable[str], config: Config, note: str,
            model: Model | None = None, setup=None, chunk: int = 64) -> dict:
     """Ingest messages in chunks, run setup(session, agent) if given, then ask each question."""
-    register("offline", OfflineShell())
-    model = model or LocalModel("pager/offline")
+    model = model or HandlerModel(OfflineShell())
     out = Path(out)
     out.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="pager-record-") as folder:

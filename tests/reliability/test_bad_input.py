@@ -1,7 +1,6 @@
 """Bad input is refused with a message naming the fix, and what was accepted stays."""
 
 import errno
-import json
 import subprocess
 
 import pytest
