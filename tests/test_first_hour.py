@@ -332,3 +332,45 @@ def test_one_number_for_evictions_in_stats_trace_show_and_the_timeline(maya, tmp
     runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), "--html", str(page)], env=ENV)
     timeline = re.search(r"(\d+) faults · (\d+) evictions", page.read_text())
     assert timeline.groups() == (stats.group(1), stats.group(2))
+
+
+# -- docs that match the code ---------------------------------------------------------------------------
+def test_the_readme_lists_every_command_and_option_as_the_cli_has_them():
+    import re
+
+    from pager.cli.synopsis import synopsis
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## Commands\n.*?```\n(.*?)```", readme, re.S).group(1)
+    assert block.strip() == synopsis().strip(), "run `python -m pager.cli.synopsis` and paste it into README's Commands"
+    helped = runner.invoke(app, ["--help"]).output
+    for name in re.findall(r"^pager ([a-z]+)", block, re.M):
+        assert name in helped
+
+
+def test_the_readme_layout_names_every_module():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    layout = re.search(r"## Layout\n\n```\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
+    named = set(re.findall(r"[a-z_]+", layout))
+    modules = {p.stem for p in (root / "pager").glob("*.py")} - {"__init__"}
+    assert modules <= named, f"README's Layout does not name {sorted(modules - named)}"
+
+
+def test_the_readme_transcript_is_what_a_fresh_run_prints(tmp_path):
+    """The README's chat, replayed from its own `you>` lines on a fresh home: same answers, same counters."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    transcript = re.search(r"```\n\$ pager chat --session maya --budget 4096\n(.*?)```", readme, re.S).group(1)
+    said = re.findall(r"^you> (.*)$", transcript, re.M)
+    env = {"PAGER_EMBEDDER": "wordllama"}   # the default the README ran with
+    assert runner.invoke(app, ["--home", str(tmp_path), "ingest", str(DEMO), "--session", "maya"], env=env).exit_code == 0
+    result = runner.invoke(app, ["--home", str(tmp_path), "chat", "--session", "maya", "--budget", "4096"],
+                           input="".join(line + "\n" for line in said), env=env)
+    flat = " ".join(result.output.split())
+    stats = re.search(r"this chat: faults \d+ · evictions \d+ · hits \d+", " ".join(transcript.split())).group(0)
+    assert stats in flat, (stats, flat[-400:])
+    quoted = re.findall(r"^pager> (From p\d+)", transcript, re.M)   # page ids, not dates: a chat's own page is dated today
+    assert len(quoted) == 4 and re.findall(r"pager> (From p\d+)", flat) == quoted
