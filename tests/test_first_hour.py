@@ -374,3 +374,19 @@ def test_the_readme_transcript_is_what_a_fresh_run_prints(tmp_path):
     assert stats in flat, (stats, flat[-400:])
     quoted = re.findall(r"^pager> (From p\d+)", transcript, re.M)   # page ids, not dates: a chat's own page is dated today
     assert len(quoted) == 4 and re.findall(r"pager> (From p\d+)", flat) == quoted
+
+
+@pytest.mark.parametrize("trace", ["traces/clock_vs_lru.jsonl", "pager/data/demo_trace.jsonl",
+                                   "traces/pinned_fact_survives.jsonl"])
+def test_benchmarks_policy_rows_of_the_bundled_traces_match_a_replay(trace):
+    import re
+
+    from pager import replay as rp
+
+    root = Path(__file__).resolve().parents[1]
+    row = next(line for line in (root / "BENCHMARKS.md").read_text().splitlines() if line.startswith(f"| `{trace}`"))
+    cells = [c.strip().strip("*") for c in row.strip("|").split("|")][1:]
+    runs = [rp.replay(root / trace, policy=p) for p in ("clock", "lru", "lfu", "scored")]
+    opt = runs[0].opt()
+    measured = [str(len(runs[0].digests)), *(str(r.faults) for r in runs), str(opt), f"{runs[0].faults / opt:.3f}"]
+    assert cells == measured, f"BENCHMARKS says {cells}, a replay gives {measured}"
