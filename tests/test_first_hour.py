@@ -183,7 +183,8 @@ def test_toolkit_call_never_raises_for_what_a_model_can_send(memory):
         inner = inner[0]
     calls = [("remember", {"text": "caf\udce9"}), ("remember", '{"text": "caf\udce9"}'), ("search", {"query": deep}),
              ("search", '{"query": ' + "[" * 5000 + "]" * 5000 + "}"), ("page_in", {"page": "p²"}),
-             ("page_in", '{"page": "p\u0663"}'), ("remember\udce9", {}), ("search", {"query": {1, 2}})]
+             ("page_in", '{"page": "p\u0663"}'), ("remember\udce9", {}), ("search", {"query": {1, 2}}),
+             ("search", {"query": "peanuts", "k": "²"})]
     for name, arguments in calls:
         text, ok = memory.run(name, arguments)
         assert not ok and "Error" not in text and "invalid literal" not in text, (name, text)
@@ -390,3 +391,21 @@ def test_benchmarks_policy_rows_of_the_bundled_traces_match_a_replay(trace):
     opt = runs[0].opt()
     measured = [str(len(runs[0].digests)), *(str(r.faults) for r in runs), str(opt), f"{runs[0].faults / opt:.3f}"]
     assert cells == measured, f"BENCHMARKS says {cells}, a replay gives {measured}"
+
+
+def test_chat_goes_on_when_its_trace_cannot_be_written(tmp_path, monkeypatch):
+    import errno
+
+    from pager.trace import TraceWriter
+
+    real = TraceWriter._write
+
+    def full_after_start(self, obj):
+        if obj.get("kind") == "user":
+            self._fh.write = lambda *_: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+        real(self, obj)
+
+    monkeypatch.setattr(TraceWriter, "_write", full_after_start)
+    out = chat(tmp_path, ["The boat is called Saltire.", "What is the boat called?"], session="full")
+    assert out.count("the trace stopped: No space left on device") == 1
+    assert "Saltire" in answers(out)[-1]
