@@ -73,13 +73,23 @@ def open_home(config, read_only: bool = False):
 
 def existing(home):
     """The configured session, or one line saying there is none by that name and where to look."""
-    from pager.errors import SessionNotFound
-
     s = home.open()
     if not s.turn_count:
-        of_user = f" of user {s.user!r}" if s.user else ""
-        raise SessionNotFound(f"no session {s.name!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
+        raise _not_found(home, s.user, s.name)
     return s
+
+
+def require(home, user: str, session: str) -> None:
+    """For commands that read a session without opening it (export, check)."""
+    if not home.exists(user, session):
+        raise _not_found(home, user, session)
+
+
+def _not_found(home, user: str, session: str):
+    from pager.errors import SessionNotFound
+
+    of_user = f" of user {user!r}" if user else ""
+    return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
 
 
 def session_rows(home) -> list[dict]:
@@ -275,6 +285,14 @@ def search(
     """Ranked pages for a query, with each signal's score and the page's bookmarks."""
     import json
 
+    if not query.strip():
+        from pager.errors import InputError
+
+        raise InputError("give words to search for, e.g. pager search 'peanut allergy'")
+    if k < 1:
+        from pager.errors import InputError
+
+        raise InputError(f"-k {k}: ask for 1 page or more")
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
         s = existing(home)
@@ -310,6 +328,7 @@ def export(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
+        require(home, config.user, config.session)
         count = export_turns(home, config.user, config.session, out or sys.stdout)
     if out:
         typer.echo(f"{count} turns of session {config.session!r} written to {out}", err=True)
@@ -325,6 +344,7 @@ def check(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
+        require(home, config.user, config.session)
         report = run_check(home, config.user, config.session)
     typer.echo(f"session {report.session!r}: {report.turns} turns, {report.pages} pages, "
                f"{report.tail_turns} turn(s) in the open tail: " + ("ok" if report.ok else "PROBLEMS"))

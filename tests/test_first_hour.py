@@ -243,7 +243,8 @@ def test_mcp_answers_every_request_and_refuses_unknown_arguments(tmp_path):
 
 # -- silence ----------------------------------------------------------------------------------------------
 def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tmp_path):
-    for command in (["search", "peanuts", "-s", "mayaa"], ["inspect", "-s", "mayaa"], ["inspect", "-s", "mayaa", "--json"]):
+    for command in (["search", "peanuts", "-s", "mayaa"], ["inspect", "-s", "mayaa"], ["inspect", "-s", "mayaa", "--json"],
+                    ["export", "-s", "mayaa"], ["check", "-s", "mayaa"]):
         result = runner.invoke(app, ["--home", str(maya), *command], env=ENV)
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [result.output.strip()]
@@ -252,6 +253,9 @@ def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tm
     assert {(r["user"], r["session"], r["turns"], r["pages"]) for r in listed["sessions"]} >= {("", "maya", 390, 69)}
     table = runner.invoke(app, ["--home", str(maya), "sessions"], env=ENV)
     assert table.exit_code == 0 and "maya" in table.output and "390" in table.output
+    for query, k, said in (("", "3", "give words to search for"), ("peanuts", "0", "ask for 1 page or more")):
+        result = runner.invoke(app, ["--home", str(maya), "search", query, "-s", "maya", "-k", k], env=ENV)
+        assert result.exit_code == 2 and said in result.output
     empty = runner.invoke(app, ["--home", str(tmp_path / "none"), "sessions"], env=ENV)
     assert empty.exit_code == 0 and "no sessions" in empty.output
 
