@@ -134,8 +134,11 @@ class Agent:
             except ContextOverflow as exc:
                 budget = int(budget * 0.75)
                 s.emit("overflow", step=step, budget=budget, error=str(exc)[:300])
-                if budget < s.page_tokens * 2 + s.home.config.map_reserve:
-                    return self._fail(step, calls, "the model's window is too small even for two pages")
+                if budget < minimum_budget(s, self.dispatcher):
+                    return self._fail(step, calls, "the model's window is too small even for one page and a message")
+                # the fixed regions shrink with the budget, as they would have at this budget from the start
+                self.tier, self.prefix, self.tools = fixed_regions(s, self.dispatcher, budget)
+                self.tool_tokens = _tool_tokens(s, self.tools)
                 step -= 1
                 continue
             except ModelError as exc:

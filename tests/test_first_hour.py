@@ -413,3 +413,20 @@ def test_chat_goes_on_when_its_trace_cannot_be_written(tmp_path, monkeypatch):
     out = chat(tmp_path, ["The boat is called Saltire.", "What is the boat called?"], session="full")
     assert out.count("the trace stopped: No space left on device") == 1
     assert "Saltire" in answers(out)[-1]
+
+
+def test_a_window_overflow_shrinks_the_fixed_regions_too(mem_home):
+    from conftest import say
+    from pager.agent import Agent
+    from pager.llm import ContextOverflow
+    from pager.model import HandlerModel
+    from pager.offline import Script
+
+    s = mem_home.open("a")
+    say(s, 100)
+    script = Script([ContextOverflow("too long")] * 3 + [{"content": "fits now"}])
+    agent = Agent(s, HandlerModel(script, name="pager/script"))
+    assert agent.tier == "full"
+    reply = agent.ask("summarise")
+    assert reply.text == "fits now" and not reply.error, reply
+    assert agent.tier == "bare" and len(script.seen[-1][0]["content"]) < len(script.seen[0][0]["content"])
