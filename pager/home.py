@@ -273,10 +273,14 @@ class Home:
                     s.sync(locks[s])
                     plans[s] = s.number(drafts[s], locks[s].last_turn)
                 written = [s for s in order if plans[s][0]]
+                ops: list[dict] = []
                 for s in written:
                     locks[s].intend()
+                    if not s.settled:  # the session's first transaction fixes how its pages are cut
+                        ops.append({**s.settings(), "user": s.user, "session": s.name})
+                    ops += [{"op": "turn", **t.to_dict()} for t in plans[s][0]]
                 try:
-                    self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
+                    self.journal.append(ops)
                 except BaseException:
                     for s in written:
                         locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
@@ -284,6 +288,7 @@ class Home:
                 for s in written:
                     locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
                     s.generation = locks[s].generation
+                    s.settled = True
             # durable and numbered: the locks are free for others while this process packs
             for s in order:
                 s.take_accepted(plans[s][0], origin)
