@@ -71,6 +71,56 @@ def open_home(config, read_only: bool = False):
     return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
+def existing(home):
+    """The configured session, or one line saying there is none by that name and where to look."""
+    from pager.errors import SessionNotFound
+
+    s = home.open()
+    if not s.turn_count:
+        of_user = f" of user {s.user!r}" if s.user else ""
+        raise SessionNotFound(f"no session {s.name!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
+    return s
+
+
+def session_rows(home) -> list[dict]:
+    """Every session of the home, per user, with its turns and pages (the store's and the journals')."""
+    rows = {(r["user"], r["session"]): dict(r) for r in home.store.sessions()}
+    for op in home.journal.read_new({}, own=True):
+        if op.get("op") == "turn":
+            row = rows.setdefault((op["user"], op["session"]),
+                                  {"user": op["user"], "session": op["session"], "turns": 0, "pages": 0})
+            row["turns"] = max(row["turns"], op["turn"])
+    return [rows[k] for k in sorted(rows)]
+
+
+@command()
+def sessions(
+    ctx: typer.Context,
+    json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
+) -> None:
+    """The sessions in the home, per user, with their turns and pages."""
+    config = load_config(ctx)
+    with open_home(config, read_only=True) as home:
+        rows = session_rows(home)
+        if json_out:
+            typer.echo(json.dumps({"home": str(home.path), "sessions": rows}, ensure_ascii=False))
+            return
+        if not rows:
+            typer.echo(f"no sessions in {home.path}; `pager ingest FILE` or `pager chat` starts one")
+            return
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=Text(f"sessions in {home.path}"), title_justify="left")
+        for name in ("user", "session", "turns", "pages"):
+            table.add_column(name, justify="right" if name in ("turns", "pages") else "left")
+        for r in rows:
+            table.add_row(Text(r["user"] or "(none)"), Text(r["session"]), str(r["turns"]), str(r["pages"]))
+        Console().print(table)
+        typer.echo("open one with --session NAME (and PAGER_USER=NAME for a named user)")
+
+
 @command()
 def ingest(
     ctx: typer.Context,
@@ -141,7 +191,7 @@ def inspect(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
-        s = home.open()
+        s = existing(home)
         if json_out:
             from pager.views import inspect_json
 
@@ -227,7 +277,7 @@ def search(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
-        s = home.open()
+        s = existing(home)
         hits = s.search(query, k=k, record=False)
         rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],

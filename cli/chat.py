@@ -19,7 +19,8 @@ from pager.agent import Agent
 from pager.config import Config
 from pager.errors import PagerError
 from pager.home import Home
-from pager.llm import OFFLINE, LiteLLMModel, preload, register
+from pager.llm import OFFLINE, LiteLLMModel, preload
+from pager.model import HandlerModel
 from pager.offline import OfflineShell
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
@@ -47,6 +48,7 @@ class StepPrinter:
         self.faulted: list[str] = []
         self.evicted: list[str] = []
         self.totals: list[int] = []
+        self.start: dict[str, int] = {}   # the session's counters when the chat began
 
     def __call__(self, event: Event) -> None:
         kind, d = event.kind, event.data
@@ -79,6 +81,18 @@ class StepPrinter:
         self.faulted, self.evicted = [], []
 
 
+def stats_line(session: Session, printer: StepPrinter) -> str:
+    """Counters of this chat: each fault, hit and eviction is one event of its trace, so `trace show`
+    and the HTML timeline count the same (the session's lifetime counters are in `pager inspect`)."""
+    st = session.stats()
+    since = {k: st[k] - printer.start.get(k, 0) for k in ("faults", "hits", "evictions")}
+    uses = since["faults"] + since["hits"]
+    per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
+    return (f"this chat: faults {since['faults']} · evictions {since['evictions']} · hits {since['hits']} · hit rate "
+            f"{since['hits'] / uses if uses else 0:.0%} · session: {st['turns']} turns on {st['pages']} pages · frames "
+            f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+
+
 def _list(pages: list[str], shown: int = 6) -> str:
     more = len(pages) - shown
     return " ".join(pages[:shown]) + (f" (+{more})" if more > 0 else "")
@@ -108,22 +122,27 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
-    loading = preload()
+    model_name = config.model or OFFLINE
+    loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
         settle()
+        if loading:
+            loading.join()
+        if model_name == OFFLINE:
+            model = HandlerModel(OfflineShell(), OFFLINE, output_tokens=config.output_tokens)
+        else:
+            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            model.check()
+        home.writer  # noqa: B018 - the bookmark model's key is checked up front too
+        agent = Agent(session, model, speaker=config.user or "user")
+        # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay
         writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")
         session.events.listeners.append(writer)
         printer = StepPrinter(console)
         session.events.listeners.append(printer)
-        model_name = config.model or OFFLINE
         try:
-            loading.join()
-            register("offline", OfflineShell())
-            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
-            model.check()
-            home.writer  # noqa: B018 - the bookmark model's key is checked up front too
-            agent = Agent(session, model, speaker=config.user or "user")
+            printer.start = dict(session.counters)   # /stats counts this chat, as its trace does
             begin(session, model_name, agent.budget)
             _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):
@@ -196,11 +215,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                               " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), Text(session.render.snippet(hit, 100)))
             console.print(table)
         elif name == "/stats":
-            st = session.stats()
-            per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
-            console.print(f"faults {st['faults']} · evictions {st['evictions']} · hits {st['hits']} · hit rate "
-                          f"{st['hit_rate']:.0%} · {st['turns']} turns on {st['pages']} pages · frames "
-                          f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+            console.print(stats_line(session, printer))
         elif name == "/policy":
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")

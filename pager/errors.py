@@ -25,6 +25,10 @@ class PageNotFound(PagerError):
     """A page id that the session does not have."""
 
 
+class SessionNotFound(PagerError):
+    """A session that holds nothing in this home (usually a mistyped name)."""
+
+
 class InputError(PagerError):
     """A file, message or argument that pager cannot accept as it is."""
 

@@ -238,3 +238,97 @@ def test_mcp_answers_every_request_and_refuses_unknown_arguments(tmp_path):
     assert replies[4]["result"]["isError"] and "nested too deeply" in texts[4]
     assert replies[5]["result"]["isError"] and "ValueError" not in texts[5]
     assert not replies[6]["result"]["isError"]
+
+
+# -- silence ----------------------------------------------------------------------------------------------
+def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tmp_path):
+    for command in (["search", "peanuts", "-s", "mayaa"], ["inspect", "-s", "mayaa"], ["inspect", "-s", "mayaa", "--json"]):
+        result = runner.invoke(app, ["--home", str(maya), *command], env=ENV)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines() == [result.output.strip()]
+        assert "no session 'mayaa'" in result.output and "pager sessions" in result.output
+    listed = json.loads(runner.invoke(app, ["--home", str(maya), "sessions", "--json"], env=ENV).output)
+    assert {(r["user"], r["session"], r["turns"], r["pages"]) for r in listed["sessions"]} >= {("", "maya", 390, 69)}
+    table = runner.invoke(app, ["--home", str(maya), "sessions"], env=ENV)
+    assert table.exit_code == 0 and "maya" in table.output and "390" in table.output
+    empty = runner.invoke(app, ["--home", str(tmp_path / "none"), "sessions"], env=ENV)
+    assert empty.exit_code == 0 and "no sessions" in empty.output
+
+
+def test_sessions_lists_a_chat_that_just_ended(tmp_path):
+    chat(tmp_path, ["The boat is called Saltire."], session="boat")
+    listed = json.loads(runner.invoke(app, ["--home", str(tmp_path), "sessions", "--json"], env=ENV).output)
+    assert [(r["session"], r["turns"]) for r in listed["sessions"]] == [("boat", 2)]
+
+
+def test_the_demo_says_where_its_data_went_and_the_next_command_finds_it(tmp_path):
+    kept = tmp_path / "demo"
+    out = runner.invoke(app, ["demo", "--keep", str(kept)]).output
+    closing = out[out.index("Wall time"):]
+    assert f"pager --home {kept} chat --session demo" in closing
+    answer = chat(kept, ["How much money did we have for the Lisbon offsite?"], "--budget", "4096", session="demo")
+    assert "18,400" in answers(answer)[-1]
+    again = runner.invoke(app, ["demo", "--keep", str(kept)])
+    assert again.exit_code != 0 and "already holds the demo" in again.output
+    temporary = runner.invoke(app, ["demo"]).output
+    assert "temporary folder" in temporary and "pager demo --keep DIR" in temporary
+
+
+def test_a_chat_that_cannot_start_leaves_no_trace(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    result = runner.invoke(app, ["--home", str(tmp_path), "chat", "--model", "gpt-4o-mini"], input="hi\n",
+                           env={**env, **ENV})
+    assert result.exit_code != 0 and "OPENAI_API_KEY" in result.output
+    assert not list(tmp_path.glob("traces/*.jsonl"))
+
+
+# -- slow starts ------------------------------------------------------------------------------------------
+def test_the_offline_chat_and_the_mcp_server_never_import_litellm(tmp_path):
+    import subprocess
+    import sys
+
+    code = """
+import asyncio, io, sys
+from rich.console import Console
+from pager.config import Config
+from pager.cli.chat import run
+home = sys.argv[1]
+out = io.StringIO()
+run(Config(home=home, embedder="hash", session="x"), stream=io.StringIO("The boat is Saltire.\\nWhat is the boat called?\\n"),
+    console=Console(file=out), interactive=False)
+assert "Saltire" in out.getvalue().split("What is the boat called?")[-1], out.getvalue()
+print("chat", "litellm" in sys.modules)
+from mcp import Client
+from pager.tools import Toolkit
+from pager.tools.mcp_server import build
+kit = Toolkit(config=Config(home=home, embedder="hash", session="m"))
+async def main():
+    async with Client(build(kit)) as client:
+        await client.call_tool("remember", {"text": "hello"})
+        return (await client.call_tool("search", {"query": "hello"})).content[0].text
+assert "hello" in asyncio.run(main())
+kit.close()
+print("mcp", "litellm" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["chat", "False", "mcp", "False"], out.stderr
+
+
+def test_one_number_for_evictions_in_stats_trace_show_and_the_timeline(maya, tmp_path):
+    import re
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    out = chat(home, ["Who is allergic to peanuts?", "What did we decide about the sync engine?",
+                      "How much money did we have for the Lisbon offsite?", "/stats"], "--budget", "2048")
+    stats = re.search(r"this chat: faults (\d+) · evictions (\d+) · hits (\d+)", out)
+    assert stats and int(stats.group(2)) > 0, out
+    trace = next((home / "traces").glob("maya-*.jsonl"))
+    shown = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace)], env=ENV).output
+    paging = re.search(r"(\d+) faults · (\d+) hits · (\d+) evictions", shown)
+    assert (paging.group(1), paging.group(3), paging.group(2)) == stats.groups(), (shown, out)
+    page = tmp_path / "t.html"
+    runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), "--html", str(page)], env=ENV)
+    timeline = re.search(r"(\d+) faults · (\d+) evictions", page.read_text())
+    assert timeline.groups() == (stats.group(1), stats.group(2))
