@@ -392,21 +392,26 @@ class Home:
         """Write journal segments left by dead processes into the store; returns turns recovered.
         A segment goes only after its ops are in the store; one with damaged records is set aside."""
         count = 0
-        for path, ops, damaged in self.journal.orphans():
-            keys = sorted({(op["user"], op["session"]) for op in ops})
-            for user, session in keys:
-                with self.session_lock(user, session) as lock:
-                    s = self.open(session, user)
-                    s.sync(lock)
-                    mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
-                    count += s.adopt(mine)
-                    last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
-                    lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
-            self.flush()
-            if damaged:
-                self.journal.set_aside(path)
-            else:
-                path.unlink(missing_ok=True)
+        with self._mutex:  # the mutex before any session lock, as everywhere
+            for path, ops, damaged in self.journal.orphans():
+                count += self._recover_segment(path, ops, damaged)
+        return count
+
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool) -> int:
+        count = 0
+        for user, session in sorted({(op["user"], op["session"]) for op in ops}):
+            with self.session_lock(user, session) as lock:
+                s = self.open(session, user)
+                s.sync(lock)
+                mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
+                count += s.adopt(mine)
+                last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
+                lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
+        self.flush()
+        if damaged:
+            self.journal.set_aside(path)
+        else:
+            path.unlink(missing_ok=True)
         return count
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
