@@ -20,7 +20,7 @@ from pager.config import Config
 from pager.errors import PagerError
 from pager.home import Home
 from pager.llm import OFFLINE, LiteLLMModel, preload
-from pager.model import HandlerModel
+from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
@@ -130,11 +130,13 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
         settle()
         if loading:
             loading.join()
+        model: Model
         if model_name == OFFLINE:
             model = HandlerModel(OfflineShell(), OFFLINE, output_tokens=config.output_tokens)
         else:
-            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
-            model.check()
+            remote = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            remote.check()
+            model = remote
         home.writer  # noqa: B018 - the bookmark model's key is checked up front too
         agent = Agent(session, model, speaker=config.user or "user")
         # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay

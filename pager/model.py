@@ -20,6 +20,7 @@ class Model(Protocol):
     """A model the agent loop can call. `complete` raises ModelError for a failure retries did not fix,
     and ContextOverflow when the prompt is longer than the window."""
 
+    name: str
     output_tokens: int
 
     def window(self) -> int:

@@ -260,6 +260,9 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
 def _resume(session, event: dict, policy: str | None) -> None:
     session.in_use = set()
     turns = event["turns"]
+    state = event["state"]
+    if "encoding" in state:  # pages were cut as the recorded session cut them, whatever its model
+        session.settle(state["page_tokens"], state["encoding"])
     if turns:
         session.append_many([dict(t) for t in turns], origin="snapshot")
     state = dict(event["state"])

@@ -98,16 +98,6 @@ def test_a_store_that_refuses_a_flush_keeps_everything_for_later(tmp_path, monke
         assert [t.text for t in again.store.turns("", "a")] == [f"turn {i}" for i in range(30)]
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 def test_a_really_full_disk(tmpfs, tmp_path):
     cfg = Config(home=tmpfs / "h", embedder="hash", flush_turns=64)
     acked = []
