@@ -384,7 +384,6 @@ def test_the_readme_transcript_is_what_a_fresh_run_prints(tmp_path):
 @pytest.mark.parametrize("trace", ["traces/clock_vs_lru.jsonl", "pager/data/demo_trace.jsonl",
                                    "traces/pinned_fact_survives.jsonl"])
 def test_benchmarks_policy_rows_of_the_bundled_traces_match_a_replay(trace):
-    import re
 
     from pager import replay as rp
 
