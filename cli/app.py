@@ -395,6 +395,7 @@ def trace_show(
 ) -> None:
     """The context window as the model saw it, or a timeline of faults and evictions."""
     from rich.console import Console
+    from rich.text import Text
 
     from pager import replay as rp
     from pager import views
@@ -404,7 +405,7 @@ def trace_show(
         from pager.timeline import write
 
         timeline = write(trace, html)
-        console.print(f"wrote {html}: {len(timeline.columns)} model calls, {len(timeline.pages)} pages")
+        console.print(Text(f"wrote {html}: {len(timeline.columns)} model calls, {len(timeline.pages)} pages"))
         return
     if step is None:
         console.print(rp.summary(trace))
@@ -413,7 +414,7 @@ def trace_show(
 
     def at(i, ctx, session, events):
         if i == step:
-            console.rule(f"model call {i} of {trace.name}")
+            console.rule(Text(f"model call {i} of {trace.name}"))
             console.print(views.frame_strip(session))
             console.print(views.frame_table(session))
             t = ctx.tokens

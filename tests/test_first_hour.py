@@ -164,6 +164,13 @@ def test_chat_takes_rich_markup_and_invalid_utf8_as_text(tmp_path):
     assert "The closing tag [/] ends [bold]bold[/bold]." in quoted, text
     trace = next((tmp_path / "traces").glob("*.jsonl"))
     assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV).exit_code == 0
+    summary = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace)], env=ENV)
+    assert summary.exit_code == 0 and "'[/]'" in summary.output   # the session's name as it is, not as markup
+    for args in (["--step", "1"], ["--html", str(tmp_path / "t.html")]):
+        shown = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), *args], env=ENV)
+        assert shown.exit_code == 0, shown.output
+    inspected = runner.invoke(app, ["--home", str(tmp_path), "inspect", "-s", "[/]"], env=ENV)
+    assert inspected.exit_code == 0 and "session '[/]'" in inspected.output
 
 
 @pytest.fixture
