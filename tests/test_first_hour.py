@@ -54,10 +54,19 @@ def test_asking_twice_quotes_the_fact_not_the_question(maya, tmp_path):
     assert found[0]["page"] == "p5", found
     echoes = [r for r in found if "Who is allergic" in r["snippet"] or "From p5" in r["snippet"]]
     assert len(echoes) >= 2 and all(r["signals"].get("echo") for r in echoes)   # still findable, and marked
-    from pager.tools import Toolkit
+    import asyncio
 
-    with Toolkit(session="maya", config=_config(home)) as memory:
-        result = memory.call("search", {"query": "peanut allergy", "k": 3})
+    from mcp import Client
+
+    from pager.tools import Toolkit
+    from pager.tools.mcp_server import build
+
+    async def over_mcp(memory):
+        async with Client(build(memory)) as client:
+            return (await client.call_tool("search", {"query": "peanut allergy", "k": 3})).content[0].text
+
+    with Toolkit(config=_config(home)) as memory:
+        result = asyncio.run(over_mcp(memory))
     assert result.splitlines()[1].startswith("- p5 "), result
 
 
