@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pager.prompts import load
 from pager.tools import MODEL, Dispatcher
@@ -44,14 +45,18 @@ class Agent:
         self.budget = min(cfg.budget, window) if window > 0 else cfg.budget
         self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
         self._ts = 0.0
+        self._reply_key: Callable[[str], str] | None = None
 
-    def ask(self, text: str) -> Reply:
+    def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None) -> Reply:
+        """Answer one message. key (and reply_key(reply text)) are idempotency keys for the turns,
+        for callers that resend a conversation (the HTTP proxy): a turn already held is not added again."""
         s = self.session
         self._check_fits(text)
         ts = s.clock()
         s.emit("user", text=text, ts=ts, speaker=self.speaker)
-        turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent")
-        self._ts = ts
+        message = dict(speaker=self.speaker, text=text, role="user", ts=ts, **({"key": key} if key else {}))
+        turn = s.append_many([message], origin="agent")[0]
+        self._ts, self._reply_key = ts, reply_key
         scratch: list[dict] = []
         calls: list[dict] = []
         budget = self.budget
@@ -125,7 +130,9 @@ class Agent:
 
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():
-            self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent")
+            key = self._reply_key(text) if self._reply_key else ""
+            self.session.append_many([dict(speaker="assistant", text=text, role="assistant", ts=self._ts,
+                                           **({"key": key} if key else {}))], origin="agent")
         self.session.write_bookmarks()   # a call to the bookmark model once a batch of pages has sealed
         return Reply(text, steps, calls)
 
