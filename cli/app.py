@@ -377,6 +377,29 @@ def bench_scale(
     Console().print_json(json.dumps(report))
 
 
+@bench_app.command("serve")
+@handles_errors
+def bench_serve(
+    clients: int = typer.Option(32, "--clients", help="clients with a session each"),
+    shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
+    turns: int = typer.Option(50, "--turns", help="chat calls per client"),
+    alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
+) -> None:
+    """Load on `pager serve` over loopback (offline model): nothing lost or duplicated, order kept, latency."""
+    from rich.console import Console
+
+    from pager.bench import serve
+
+    report = serve.main(clients, shared, turns, alone_turns, keep)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+    Console().print_json(json.dumps(report))
+    if report["problems"] or report["load"]["failed"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("trace")
 @handles_errors
 def bench_trace(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator, TypeVar
 
@@ -32,15 +33,18 @@ class Unlocked:
 
     def __init__(self, model, lock: threading.Lock) -> None:
         self.model, self.lock = model, lock
+        self.seconds = 0.0   # spent in the model, for the request log and the `pager` field of a reply
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
     def complete(self, messages: list[dict], tools: list[dict]):
         self.lock.release()
+        started = time.perf_counter()
         try:
             return self.model.complete(messages, tools)
         finally:
+            self.seconds += time.perf_counter() - started
             self.lock.acquire()
 
 

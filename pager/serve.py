@@ -301,6 +301,7 @@ class Server:
         from .agent import Agent
         from .llm import OFFLINE, LiteLLMModel
 
+        started = time.perf_counter()
         s = self.engine.open(tenant, req.session)
         earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
         before = s.turn_count
@@ -310,7 +311,8 @@ class Server:
         output = body.get("max_completion_tokens") or body.get("max_tokens") or self.config.output_tokens
         output = max(16, min(int(output), 32_768)) if isinstance(output, int) else self.config.output_tokens
         model = LiteLLMModel(name, output_tokens=output, attempts=2, timeout=self.limits.model_timeout)
-        agent = Agent(s, Unlocked(model, self.engine.lock), speaker=req.question.speaker)
+        unlocked = Unlocked(model, self.engine.lock)
+        agent = Agent(s, unlocked, speaker=req.question.speaker)
         if req.system:
             agent.prefix = f"{agent.prefix}\n\n{req.system}"
         seen = {"faulted": [], "tokens": 0}
@@ -328,14 +330,17 @@ class Server:
         finally:
             s.events.listeners.remove(listen)
         completion_tokens = s.tokenizer.count(reply.text)
+        model_ms = unlocked.seconds * 1000
+        engine_ms = (time.perf_counter() - started) * 1000 - model_ms
         return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
+                "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2)},
                 "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,
                           "total_tokens": seen["tokens"] + completion_tokens}}
 
     def _info(self, req: ChatRequest, outcome: dict) -> dict:
         reply = outcome["reply"]
         return {"session": req.session, "turns": outcome["turns"], "appended": outcome["appended"],
-                "steps": reply.steps, "faulted": outcome["faulted"],
+                "steps": reply.steps, "faulted": outcome["faulted"], **outcome["timing"],
                 "tool_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in reply.tool_calls]}
 
     def _answer(self, cid: str, req: ChatRequest, outcome: dict, facts: dict):
