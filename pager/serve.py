@@ -7,6 +7,7 @@ SDK already brings).
     GET  /sessions              the tenant's sessions
     GET  /sessions/{name}       `pager inspect --json` of one
     GET  /sessions/{name}/search?q=…&k=…
+    GET  /sessions/{name}/turns?after=N&limit=M
     POST /sessions/{name}/turns {"messages": [{"role", "content"}]}
     GET  /healthz
 
@@ -151,6 +152,7 @@ class Server:
             Route("/sessions/{name}", self.guarded(self.inspect), methods=["GET"]),
             Route("/sessions/{name}/search", self.guarded(self.search), methods=["GET"]),
             Route("/sessions/{name}/turns", self.guarded(self.append), methods=["POST"]),
+            Route("/sessions/{name}/turns", self.guarded(self.turns), methods=["GET"]),
             mcp_route,
         ]
         app = Starlette(routes=routes, lifespan=lifespan,
@@ -235,6 +237,25 @@ class Server:
 
         rows = await self.engine.run(self._existing, tenant, name, run)
         return JSONResponse({"session": name, "query": query, "results": rows})
+
+    async def turns(self, request, tenant: str, facts: dict):
+        """The session's turns after `after`, at most `limit` (1000), oldest first."""
+        from starlette.responses import JSONResponse
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        try:
+            after = max(0, int(request.query_params.get("after", 0)))
+            limit = max(1, min(int(request.query_params.get("limit", 100)), 1000))
+        except ValueError:
+            raise RequestError("after and limit must be numbers", param="after") from None
+
+        def run(s):
+            self.engine.home.flush()  # turns live in the journal until a batch reaches the store
+            rows = self.engine.home.store.turns(tenant, name, after=after)[:limit]
+            return {"session": name, "total_turns": s.turn_count, "turns": [
+                {"turn": t.turn, "role": t.role, "speaker": t.speaker, "content": t.text, "date": t.date} for t in rows]}
+
+        return JSONResponse(await self.engine.run(self._existing, tenant, name, run))
 
     def _existing(self, tenant: str, name: str, fn):
         """fn(session) for a session the tenant has; the same 404 whether it exists elsewhere or not."""

@@ -251,6 +251,7 @@ def test_missing_or_invalid_keys_get_401_and_learn_nothing(keyed):
             for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("GET", "/sessions"),
                                  ("GET", "/sessions/secret"), ("GET", "/sessions/absent"),
                                  ("GET", "/sessions/secret/search?q=plan"), ("POST", "/sessions/secret/turns"),
+                                 ("GET", "/sessions/secret/turns"),
                                  ("POST", "/mcp")):
                 r = http.request(method, path, json={"messages": [{"role": "user", "content": "hi"}], "model": "offline"})
                 assert r.status_code == 401, (key, path)
@@ -269,6 +270,8 @@ def test_a_key_reaches_only_its_tenant(keyed):
             assert b.get("/sessions/" + name).status_code in (404, 400), name
             r = b.get(f"/sessions/{name}/search", params={"q": "password"})
             assert r.status_code in (404, 400) and "tulip77" not in r.text
+            r = b.get(f"/sessions/{name}/turns")
+            assert r.status_code in (404, 400) and "tulip77" not in r.text
         # writing under the same name makes bravo's own session; acme's is untouched
         assert b.post("/sessions/secret/turns", json={"messages": [{"content": "bravo was here"}]}).status_code == 201
         r = b.get("/sessions/secret/search", params={"q": "acme password"})
@@ -282,6 +285,7 @@ def test_a_key_reaches_only_its_tenant(keyed):
         found = a.get("/sessions/secret/search", params={"q": "bravo was here"}).json()["results"]
         assert not any("bravo" in r["snippet"] for r in found)
         assert a.get("/sessions/secret").json().get("user") is None
+        assert "tulip77" in a.get("/sessions/secret/turns").text
 
 
 def test_hostile_session_names_are_refused_or_contained(keyed):
@@ -391,3 +395,51 @@ def test_readme_openai_snippet_runs(open_server):
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)   # noqa: S102 - our own README, run as a user would
     assert "reply" in scope
+
+
+# -- many clients at once ---------------------------------------------------------------------------------
+def test_parallel_sessions_lose_nothing_and_keep_each_clients_order(open_server):
+    """Four clients on their own sessions and three on one shared session, all at once, each resending
+    its history: every question and reply stored once, each reply right after its question."""
+    import openai
+
+    def talk(session: str, me: int, turns: int, errors: list) -> None:
+        client = openai.OpenAI(base_url=f"{open_server.url}/v1", api_key="x", max_retries=0)
+        history: list[dict] = []
+        try:
+            for t in range(turns):
+                history.append({"role": "user", "content": f"c{me} says number {t}"})
+                reply = client.chat.completions.create(model="offline", messages=history,
+                                                       extra_headers={"X-Pager-Session": session})
+                history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        except Exception as exc:  # noqa: BLE001 - reported below with the client that failed
+            errors.append(f"c{me}: {exc!r}")
+
+    plan = [(f"par-{c}", c) for c in range(4)] + [("par-shared", 4 + c) for c in range(3)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=talk, args=(session, me, 5, errors)) for session, me in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    with open_server.http() as http:
+        for session in {s for s, _ in plan}:
+            turns = http.get(f"/sessions/{session}/turns", params={"limit": 1000}).json()["turns"]
+            assert [t["turn"] for t in turns] == list(range(1, len(turns) + 1))
+            for me in (m for s, m in plan if s == session):
+                mine = [i for i, t in enumerate(turns) if t["role"] == "user" and t["content"].startswith(f"c{me} ")]
+                assert [turns[i]["content"] for i in mine] == [f"c{me} says number {t}" for t in range(5)], session
+                assert all(turns[i + 1]["role"] == "assistant" for i in mine), session
+            owners = sum(1 for s, _ in plan if s == session)
+            assert len(turns) == owners * 10, session
+
+
+def test_each_request_is_logged_with_session_tokens_faults_and_latency(open_server, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pager.serve")
+    open_server.openai().chat.completions.create(model="offline", user="logged",
+                                                 messages=[{"role": "user", "content": "log this turn"}])
+    line = next(r.getMessage() for r in caplog.records if "session=logged" in r.getMessage())
+    assert re.search(r"POST /v1/chat/completions 200 session=logged tokens=\d+ faulted=\d+ latency_ms=[\d.]+", line)
