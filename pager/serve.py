@@ -63,6 +63,20 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _local_name(host: str) -> bool:
+    """A Host header naming loopback: 127.0.0.1:8765, localhost, [::1]:8765."""
+    name = host[1:].split("]", 1)[0] if host.startswith("[") else host.split(":", 1)[0]
+    return _loopback(name)
+
+
+def _local_origin(origin: str | None) -> bool:
+    if origin is None:
+        return True
+    from urllib.parse import urlsplit
+
+    return _loopback(urlsplit(origin).hostname or "")
+
+
 # -- the pieces of a request ---------------------------------------------------------------------
 def _error(status: int, message: str, type: str, code: str = "", param: str | None = None):
     from starlette.responses import JSONResponse
@@ -98,8 +112,14 @@ def _too_large(limit: int) -> RequestError:
 
 
 def tenant_of(request, keys: KeyRing, default: str) -> str:
-    """The tenant of the request's bearer key; with no keys configured, the local user."""
+    """The tenant of the request's bearer key; with no keys configured, the local user, and only for
+    requests addressed to loopback (a web page the user visits could otherwise reach the memory by
+    DNS rebinding, or write to it with a simple cross-origin POST)."""
     if not keys:
+        if not _local_name(request.headers.get("host", "")) or not _local_origin(request.headers.get("origin")):
+            raise RequestError("without keys this server answers only requests addressed to loopback with no "
+                               "foreign Origin; create a key with `pager keys create --tenant NAME`", 403,
+                               "permission_error", "not_local")
         return default
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -180,6 +200,9 @@ class Server:
                 response = _refusal(exc)
             except PagerError as exc:
                 response = _error(400, str(exc), "invalid_request_error", type(exc).__name__)
+            except Exception:  # a bug: logged whole, answered in the error shape
+                log.exception("%s %s failed", request.method, request.url.path)
+                response = _error(500, "internal error; the server log has the details", "server_error")
             if facts.get("streaming"):  # logged when the stream ends
                 facts["log"] = lambda: _log(request, response.status_code, facts, started)
             else:

@@ -443,3 +443,14 @@ def test_each_request_is_logged_with_session_tokens_faults_and_latency(open_serv
                                                  messages=[{"role": "user", "content": "log this turn"}])
     line = next(r.getMessage() for r in caplog.records if "session=logged" in r.getMessage())
     assert re.search(r"POST /v1/chat/completions 200 session=logged tokens=\d+ faulted=\d+ latency_ms=[\d.]+", line)
+
+
+def test_without_keys_only_requests_addressed_to_loopback_are_served(open_server):
+    """A web page on another origin (or reaching the port through DNS rebinding) gets nothing."""
+    with open_server.http() as http:
+        assert http.get("/sessions").status_code == 200
+        assert http.get("/sessions", headers={"Host": "evil.example:8765"}).status_code == 403
+        r = http.post("/v1/chat/completions", headers={"Origin": "https://evil.example", "Content-Type": "text/plain"},
+                      content=json.dumps({"model": "offline", "messages": [{"role": "user", "content": "x"}]}))
+        assert r.status_code == 403 and r.json()["error"]["code"] == "not_local"
+        assert http.post("/mcp", headers={"Origin": "https://evil.example"}, json={}).status_code == 403
