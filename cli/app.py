@@ -384,6 +384,7 @@ def bench_serve(
     shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
     turns: int = typer.Option(50, "--turns", help="chat calls per client"),
     alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
+    earlier: int = typer.Option(0, "--earlier", help="turns written to each session before the run (about 2 per page)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
 ) -> None:
@@ -392,7 +393,7 @@ def bench_serve(
 
     from pager.bench import serve
 
-    report = serve.main(clients, shared, turns, alone_turns, keep)
+    report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
     if json_path:
         json_path.write_text(json.dumps(report, indent=1) + "\n")
     Console().print_json(json.dumps(report))

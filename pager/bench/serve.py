@@ -66,6 +66,28 @@ async def client(http, session: str, me: int, turns: int, latencies: list, steps
         history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
 
 
+def preload(home: Path, sessions: list[str], turns: int) -> dict:
+    """Fill each session with `turns` earlier turns (in process, before the server starts)."""
+    from pager.config import Config
+    from pager.home import Home
+
+    if not turns:
+        return {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGER_")}
+    pages = {}
+    with Home(Config.load(env=env, home=home)) as h:
+        for name in sessions:
+            s = h.open(name)
+            for start in range(0, turns, 1000):
+                s.append_many([{"speaker": "old", "text": f"old note {i} of {name}: the {WORDS[i % 20]} shelf holds "
+                                f"box {i * 7 % 1000} with {WORDS[(i * 3) % 20]} parts for project {i % 97}."}
+                               for i in range(start, min(turns, start + 1000))])
+            pages[name] = len(s.pages)
+            h.flush()
+            h.sessions.pop((s.user, name), None)  # one session in memory at a time
+    return pages
+
+
 def start_server(home: Path, env: dict) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,9 +121,11 @@ async def load(url: str, clients: int, shared: int, turns: int) -> dict:
     engine: list[tuple] = []
     limits = httpx.Limits(max_connections=clients + shared + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
-        # warm the server (litellm's import, the embedder) before the clock starts
+        # warm the server (litellm's import, the embedder, each session's load) before the clock starts
         await http.post("/v1/chat/completions", json={"model": "offline", "messages": [
             {"role": "user", "content": "warm up"}]}, headers={"X-Pager-Session": "warmup"})
+        for name in [f"load-{c}" for c in range(clients)] + ["shared"]:
+            await http.get(f"/sessions/{name}")
         started = time.perf_counter()
         tasks = [client(http, f"load-{c}", c, turns, latencies, steps, failures, engine) for c in range(clients)]
         tasks += [client(http, "shared", clients + c, turns, latencies, steps, failures, engine) for c in range(shared)]
@@ -134,7 +158,7 @@ async def alone(url: str, clients: int, turns: int) -> dict:
             "steps_per_call": round(statistics.fmean(steps), 2) if steps else 0, **parts(engine)}
 
 
-def check(home: Path, clients: int, shared: int, turns: int, alone_turns: int) -> list[str]:
+def check(home: Path, clients: int, shared: int, turns: int, alone_turns: int, earlier: int = 0) -> list[str]:
     """Every question and reply once, in order, each reply right after its question."""
     from pager.config import Config
     from pager.home import Home
@@ -144,10 +168,10 @@ def check(home: Path, clients: int, shared: int, turns: int, alone_turns: int) -
     with Home(Config.load(env=env, home=home)) as h:
         plans = {f"load-{c}": [c, 1000 + c] for c in range(clients)} | {"shared": list(range(clients, clients + shared))}
         for session, owners in plans.items():
-            got = h.store.turns("", session)
+            got = h.store.turns("", session, after=earlier)
             texts = [t.text for t in got]
-            if len(set(t.turn for t in got)) != len(got) or [t.turn for t in got] != list(range(1, len(got) + 1)):
-                problems.append(f"{session}: turn numbers not 1..{len(got)}")
+            if [t.turn for t in got] != list(range(earlier + 1, earlier + len(got) + 1)):
+                problems.append(f"{session}: turn numbers not {earlier + 1}..{earlier + len(got)}")
             for owner in owners:
                 n = alone_turns if owner >= 1000 else turns
                 mine = [i for i, t in enumerate(got) if t.role == "user" and t.text.startswith(f"c{owner}:")]
@@ -187,9 +211,13 @@ def reference(home: Path, clients: int, turns: int) -> tuple[dict, dict]:
     return {"latency_ms": summary(context)}, {"latency_ms": summary(turn)}
 
 
-def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int = 10, keep: Path | None = None) -> dict:
+def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int = 10, keep: Path | None = None,
+         earlier: int = 0) -> dict:
     home = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="pager-bench-serve-"))
     home.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    pages = preload(home, [f"load-{c}" for c in range(clients)] + ["shared"], earlier)
+    preload_s = time.perf_counter() - started
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGER_")}
     proc, url = start_server(home, env)
     try:
@@ -199,11 +227,13 @@ def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int =
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
-    problems = check(home, clients, shared, turns, alone_turns)
+    problems = check(home, clients, shared, turns, alone_turns, earlier)
     ref, ref_turn = reference(home, clients, alone_turns)
     ref_p50, ref_p95 = ref["latency_ms"]["p50"], ref["latency_ms"]["p95"]
     report = {
-        "clients": clients, "shared": shared, "turns": turns, "model": "offline",
+        "clients": clients, "shared": shared, "turns": turns, "model": "offline", "earlier_turns": earlier,
+        "pages_before": {"min": min(pages.values()), "max": max(pages.values())} if pages else {},
+        "preload_s": round(preload_s, 1),
         "load": under_load, "alone": by_itself, "toolkit_context": ref, "toolkit_turn": ref_turn,
         "ratio_alone": {"p50": round(by_itself["latency_ms"]["p50"] / ref_p50, 2),
                         "p95": round(by_itself["latency_ms"]["p95"] / ref_p95, 2)},
