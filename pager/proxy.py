@@ -1,4 +1,4 @@
-"""The OpenAI chat-completions dialect of `pager serve`: requests in, replies and chunks out.
+"""The OpenAI chat-completions dialect of `pager serve`: requests in, the turn, replies and chunks out.
 
 A client of the proxy keeps sending what any OpenAI client sends: the whole conversation,
 every call. pager keeps the conversation itself, so each message carries an idempotency
@@ -157,6 +157,59 @@ def _message(m: object, i: int) -> tuple[str, str]:
     if "\x00" in text:
         raise RequestError(f"{where}.content contains a NUL character", param=f"{where}.content")
     return role, text
+
+
+# -- the turn ---------------------------------------------------------------------------------------
+def load_models() -> None:
+    """Import litellm (seconds) and register the offline shell: once, before the first turn."""
+    from .llm import litellm, register
+    from .offline import OfflineShell
+
+    litellm()
+    register("offline", OfflineShell())
+
+
+def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float) -> dict:
+    """One chat turn, on a worker thread with the session's lock and the engine lock held."""
+    from .agent import Agent
+    from .engine import Unlocked
+    from .llm import OFFLINE, LiteLLMModel
+
+    started = time.perf_counter()
+    s = engine.open(tenant, req.session)
+    earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
+    before = s.turn_count
+    if earlier:
+        s.append_many(earlier)
+    name = OFFLINE if req.model == OFFLINE_NAME else req.model
+    output = body.get("max_completion_tokens") or body.get("max_tokens") or engine.config.output_tokens
+    output = max(16, min(int(output), 32_768)) if isinstance(output, int) else engine.config.output_tokens
+    model = LiteLLMModel(name, output_tokens=output, attempts=2, timeout=timeout)
+    unlocked = Unlocked(model, engine.lock)
+    agent = Agent(s, unlocked, speaker=req.question.speaker)
+    if req.system:
+        agent.prefix = f"{agent.prefix}\n\n{req.system}"
+    seen = {"faulted": [], "tokens": 0}
+
+    def listen(event):
+        if event.kind == "fault":
+            seen["faulted"].append(event.data["page"])
+        elif event.kind == "model_request":
+            seen["tokens"] = event.data["tokens"]["total"]
+
+    s.events.listeners.append(listen)
+    try:
+        key = req.question.key
+        reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text))
+    finally:
+        s.events.listeners.remove(listen)
+    completion_tokens = s.tokenizer.count(reply.text)
+    model_ms = unlocked.seconds * 1000
+    engine_ms = (time.perf_counter() - started) * 1000 - model_ms
+    return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
+            "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2)},
+            "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,
+                      "total_tokens": seen["tokens"] + completion_tokens}}
 
 
 # -- replies ----------------------------------------------------------------------------------------

@@ -28,11 +28,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from .config import Config
-from .engine import Engine, Unlocked
+from .engine import Engine
 from .errors import ConfigError, PagerError
 from .keys import KeyRing
-from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chain, chunk, completion, completion_id,
-                    error_body, parse, pieces, session_name)
+from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
+                    error_body, load_models, parse, pieces, session_name, take_turn)
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -326,9 +326,10 @@ class Server:
         facts["session"] = req.session
         cid = completion_id()
         if not self._models_ready:
-            await self.engine.run(_load_models)  # litellm's import takes seconds: once, off the loop
+            await self.engine.run(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
-        task = asyncio.ensure_future(self.engine.run(self._turn, tenant, req, body, tenant=tenant, name=req.session))
+        task = asyncio.ensure_future(self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout,
+                                                     tenant=tenant, name=req.session))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         if req.stream:
@@ -339,47 +340,6 @@ class Server:
         except asyncio.TimeoutError:
             return self._timeout()
         return self._answer(cid, req, outcome, facts)
-
-    def _turn(self, tenant: str, req: ChatRequest, body: dict) -> dict:
-        """One chat turn, on a worker thread with the session's lock and the engine lock held."""
-        from .agent import Agent
-        from .llm import OFFLINE, LiteLLMModel
-
-        started = time.perf_counter()
-        s = self.engine.open(tenant, req.session)
-        earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
-        before = s.turn_count
-        if earlier:
-            s.append_many(earlier)
-        name = OFFLINE if req.model == OFFLINE_NAME else req.model
-        output = body.get("max_completion_tokens") or body.get("max_tokens") or self.config.output_tokens
-        output = max(16, min(int(output), 32_768)) if isinstance(output, int) else self.config.output_tokens
-        model = LiteLLMModel(name, output_tokens=output, attempts=2, timeout=self.limits.model_timeout)
-        unlocked = Unlocked(model, self.engine.lock)
-        agent = Agent(s, unlocked, speaker=req.question.speaker)
-        if req.system:
-            agent.prefix = f"{agent.prefix}\n\n{req.system}"
-        seen = {"faulted": [], "tokens": 0}
-
-        def listen(event):
-            if event.kind == "fault":
-                seen["faulted"].append(event.data["page"])
-            elif event.kind == "model_request":
-                seen["tokens"] = event.data["tokens"]["total"]
-
-        s.events.listeners.append(listen)
-        try:
-            key = req.question.key
-            reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text))
-        finally:
-            s.events.listeners.remove(listen)
-        completion_tokens = s.tokenizer.count(reply.text)
-        model_ms = unlocked.seconds * 1000
-        engine_ms = (time.perf_counter() - started) * 1000 - model_ms
-        return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
-                "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2)},
-                "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,
-                          "total_tokens": seen["tokens"] + completion_tokens}}
 
     def _info(self, req: ChatRequest, outcome: dict) -> dict:
         reply = outcome["reply"]
@@ -445,14 +405,6 @@ class Server:
     def _timeout_body(self) -> dict:
         return error_body(f"the model gave no answer within {self.limits.model_timeout:g} s; your message is saved",
                           "timeout_error", "model_timeout")
-
-
-def _load_models() -> None:
-    from .llm import litellm, register
-    from .offline import OfflineShell
-
-    litellm()
-    register("offline", OfflineShell())
 
 
 def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits()) -> None:
