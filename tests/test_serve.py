@@ -280,6 +280,14 @@ def test_a_key_reaches_only_its_tenant(keyed):
             reply = keyed.openai(keyed.key_b).chat.completions.create(
                 model="offline", user=name, messages=[{"role": "user", "content": "What is the password?"}])
             assert "tulip77" not in reply.choices[0].message.content
+            if name.isascii() and name == name.strip():  # a header value is trimmed ASCII
+                reply = keyed.openai(keyed.key_b).chat.completions.create(
+                    model="offline", extra_headers={"X-Pager-Session": name},
+                    messages=[{"role": "user", "content": "Do you remember acme's password?"}])
+                assert "tulip77" not in reply.choices[0].message.content
+        for via_query in (False, True):
+            _, _, found, memory = asyncio.run(_mcp(keyed.url, keyed.key_b, "secret", None, "acme password", via_query))
+            assert "tulip77" not in found and "tulip77" not in memory
     with keyed.http(keyed.key_a) as a:
         assert a.get("/sessions/secret").json()["turns"] == before
         found = a.get("/sessions/secret/search", params={"q": "bravo was here"}).json()["results"]
@@ -310,30 +318,36 @@ def test_revoked_key_is_refused_by_the_running_server(keyed):
 
 
 # -- MCP over streamable HTTP ----------------------------------------------------------------------------
-def test_mcp_over_http_lists_calls_and_reads_the_memory_map(keyed):
+async def _mcp(url: str, key: str, session: str, note: str | None, query: str, via_query: bool = False):
+    """Through the mcp SDK's streamable HTTP client: (tool names, remember's answer, search's answer, memory map)."""
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    async def use(key: str, session: str, note: str):
-        headers = {"Authorization": f"Bearer {key}", "X-Pager-Session": session}
-        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-            async with streamable_http_client(f"{keyed.url}/mcp", http_client=http) as (read, write, *_):
-                async with ClientSession(read, write) as client:
-                    await client.initialize()
-                    tools = {t.name for t in (await client.list_tools()).tools}
-                    remembered = await client.call_tool("remember", {"text": note})
-                    found = await client.call_tool("search", {"query": "kayak canoe"})
-                    memory = await client.read_resource("pager://memory-map")
-                    return tools, remembered, found.content[0].text, memory.contents[0].text
+    headers = {"Authorization": f"Bearer {key}"} | ({} if via_query else {"X-Pager-Session": session})
+    endpoint = f"{url}/mcp?{httpx.QueryParams({'session': session})}" if via_query else f"{url}/mcp"
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(endpoint, http_client=http) as (read, write, *_):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                tools = {t.name for t in (await client.list_tools()).tools}
+                remembered = (await client.call_tool("remember", {"text": note})).content[0].text if note else ""
+                found = (await client.call_tool("search", {"query": query})).content[0].text
+                memory = (await client.read_resource("pager://memory-map")).contents[0].text
+                return tools, remembered, found, memory
 
-    tools, remembered, found, memory = asyncio.run(use(keyed.key_a, "boats", "acme owns a red kayak"))
+
+def test_mcp_over_http_lists_calls_and_reads_the_memory_map(keyed):
+    def use(key: str, session: str, note: str):
+        return asyncio.run(_mcp(keyed.url, key, session, note, "kayak canoe"))
+
+    tools, remembered, found, memory = use(keyed.key_a, "boats", "acme owns a red kayak")
     assert {"search", "page_in", "page_out", "bookmark", "remember", "context"} <= tools
-    assert "remembered as turn 1" in remembered.content[0].text
+    assert "remembered as turn 1" in remembered
     assert "acme owns a red kayak" in found
     assert "frames" in memory
-    _, remembered_b, found_b, _ = asyncio.run(use(keyed.key_b, "boats", "bravo owns a blue canoe"))
-    assert "remembered as turn 1" in remembered_b.content[0].text   # its own session of that name
+    _, remembered_b, found_b, _ = use(keyed.key_b, "boats", "bravo owns a blue canoe")
+    assert "remembered as turn 1" in remembered_b   # its own session of that name
     assert "bravo owns a blue canoe" in found_b and "acme" not in found_b
     with keyed.http(keyed.key_a) as a:
         assert a.get("/sessions/boats").json()["turns"] == 1
