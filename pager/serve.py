@@ -36,6 +36,7 @@ from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chu
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+KEEPALIVE_S = 10.0   # an SSE comment this often while a streamed turn waits for its model
 
 
 @dataclass(frozen=True)
@@ -376,11 +377,16 @@ class Server:
 
         async def answer():
             yield chunk(cid, req.model, {"role": "assistant", "content": ""})
-            try:
-                outcome = await asyncio.wait_for(asyncio.shield(task), self.limits.model_timeout)
-            except asyncio.TimeoutError:
+            deadline = time.monotonic() + self.limits.model_timeout
+            while not task.done() and time.monotonic() < deadline:
+                await asyncio.wait([task], timeout=min(KEEPALIVE_S, max(0.0, deadline - time.monotonic())))
+                if not task.done():
+                    yield ": waiting for the model\n\n"   # an SSE comment: keeps proxies from closing the stream
+            if not task.done():
                 yield f"data: {json.dumps(self._timeout_body())}\n\n"
                 return
+            try:
+                outcome = task.result()
             except PagerError as exc:
                 yield f"data: {json.dumps(error_body(str(exc), 'invalid_request_error', type(exc).__name__))}\n\n"
                 return

@@ -468,3 +468,30 @@ def test_without_keys_only_requests_addressed_to_loopback_are_served(open_server
                       content=json.dumps({"model": "offline", "messages": [{"role": "user", "content": "x"}]}))
         assert r.status_code == 403 and r.json()["error"]["code"] == "not_local"
         assert http.post("/mcp", headers={"Origin": "https://evil.example"}, json={}).status_code == 403
+
+
+def test_a_slow_streamed_turn_keeps_the_stream_alive_and_ends_in_the_error_shape(open_server, monkeypatch):
+    from pager import serve
+    from pager.llm import register
+
+    release = threading.Event()
+
+    def slow(messages, tools):
+        release.wait(30)
+        return {"content": "late"}
+
+    register("slow-stream", slow)
+    monkeypatch.setattr(serve, "KEEPALIVE_S", 0.05)
+    server = open_server.server
+    server.limits = replace(server.limits, model_timeout=0.5)
+    try:
+        with open_server.http() as http:
+            with http.stream("POST", "/v1/chat/completions", json={"model": "pager/slow-stream", "stream": True,
+                             "user": "slow-stream", "messages": [{"role": "user", "content": "stream slowly"}]}) as r:
+                lines = [line for line in r.iter_lines() if line]
+    finally:
+        server.limits = replace(server.limits, model_timeout=120)
+        release.set()
+    assert lines[0].startswith("data: ") and '"role": "assistant"' in lines[0]
+    assert ": waiting for the model" in lines
+    assert json.loads(lines[-1][len("data: "):])["error"]["code"] == "model_timeout"
