@@ -63,10 +63,12 @@ def load_config(ctx: typer.Context, **flags):
     return Config.load(home=obj.get("home"), db=obj.get("db"), **flags)
 
 
-def open_home(config):
+def open_home(config, read_only: bool = False):
+    """The home; commands that only look open it read-only (they write nothing, not even a cache).
+    Damage the engine found and skipped is said on stderr, one line each."""
     from pager.home import Home
 
-    return Home(config)
+    return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
 @command()
@@ -94,18 +96,24 @@ def ingest(
             groups = {(session or c.sample_id): c.messages for c in conversations}
     else:
         raise PagerError(f"unknown format {format!r}; use --format jsonl or --format locomo")
+    from pager.formats import keyed
+
     started = time.perf_counter()
-    total = 0
     with open_home(config) as home:
         home.writer  # noqa: B018 - with --bookmark-model, a missing key stops here, before any turn is accepted
-        for name, messages in groups.items():
-            s = home.open(name)
-            for i in range(0, len(messages), 512):
-                s.append_many(messages[i : i + 512])
-            total += len(messages)
-            typer.echo(f"{name}: {len(messages)} turns → {s.turn_count} turns, {len(s.pages)} pages")
+        sessions = {name: home.open(name) for name in groups}
+        before = {name: s.turn_count for name, s in sessions.items()}
+        # one transaction for the whole file: every line of every session durable at once, or none;
+        # keyed by line, so running the same file again adds nothing twice
+        home.accept({sessions[name]: keyed(messages) for name, messages in groups.items()})
+        for name, s in sessions.items():
+            added = s.turn_count - before[name]
+            known = len(groups[name]) - added
+            typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
+                       f" → {s.turn_count} turns, {len(s.pages)} pages")
             if config.bookmark_model:
                 _write_bookmarks(s)
+    total = sum(len(m) for m in groups.values())
     elapsed = time.perf_counter() - started
     typer.echo(f"ingested {total} turns into {len(groups)} session(s) in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} turns/s)")
 
@@ -132,8 +140,8 @@ def inspect(
     import json
 
     config = load_config(ctx, session=session)
-    with open_home(config) as home:
-        s = home.open(read_only=True)
+    with open_home(config, read_only=True) as home:
+        s = home.open()
         if json_out:
             from pager.views import inspect_json
 
@@ -217,8 +225,8 @@ def search(
     import json
 
     config = load_config(ctx, session=session)
-    with open_home(config) as home:
-        s = home.open(read_only=True)
+    with open_home(config, read_only=True) as home:
+        s = home.open()
         hits = s.search(query, k=k, record=False)
         rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
@@ -237,6 +245,41 @@ def search(
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
                           ", ".join(r["bookmarks"]), r["snippet"])
         Console().print(table if rows else f"no page of session {s.name!r} matches {query!r}")
+
+
+@command()
+def export(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s", help="the session to export"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="file to write (default: stdout)"),
+) -> None:
+    """Every turn of a session as JSONL that `pager ingest` reads back."""
+    from pager.export import export_turns
+
+    config = load_config(ctx, session=session)
+    with open_home(config, read_only=True) as home:
+        count = export_turns(home, config.user, config.session, out or sys.stdout)
+    if out:
+        typer.echo(f"{count} turns of session {config.session!r} written to {out}", err=True)
+
+
+@command()
+def check(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s", help="the session to check"),
+) -> None:
+    """fsck for memory: every turn numbered once, on exactly one page or the open tail (read-only)."""
+    from pager.fsck import check as run_check
+
+    config = load_config(ctx, session=session)
+    with open_home(config, read_only=True) as home:
+        report = run_check(home, config.user, config.session)
+    typer.echo(f"session {report.session!r}: {report.turns} turns, {report.pages} pages, "
+               f"{report.tail_turns} turn(s) in the open tail: " + ("ok" if report.ok else "PROBLEMS"))
+    for problem in report.problems:
+        typer.echo(f"  {problem}")
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @command()

@@ -6,9 +6,7 @@ the frame map, the page table, search results, bookmarks and counters.
 
 from __future__ import annotations
 
-import re
 import sys
-import time
 from typing import Callable, Iterator, TextIO
 
 from rich.console import Console
@@ -22,7 +20,7 @@ from pager.home import Home
 from pager.llm import OFFLINE, LiteLLMModel, preload, register
 from pager.offline import OfflineShell
 from pager.session import Session, settle
-from pager.trace import Event, TraceWriter, begin
+from pager.trace import Event, TraceWriter, begin, new_trace_path
 
 HELP = """commands:
   /frames          the frame map: which page is in which frame, tokens, flags
@@ -36,8 +34,7 @@ HELP = """commands:
 
 
 def trace_path(home: Home, session: Session):
-    safe = re.sub(r"[^\w.-]+", "_", session.name)[:60] or "session"
-    return home.path / "traces" / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    return new_trace_path(home.path, session.user, session.name, "chat")
 
 
 class StepPrinter:

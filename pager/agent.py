@@ -54,8 +54,8 @@ class Agent:
         self._check_fits(text)
         ts = s.clock()
         s.emit("user", text=text, ts=ts, speaker=self.speaker)
-        message = dict(speaker=self.speaker, text=text, role="user", ts=ts, **({"key": key} if key else {}))
-        turn = s.append_many([message], origin="agent")[0]
+        turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent", key=key)
+        self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
         self._ts, self._reply_key = ts, reply_key
         scratch: list[dict] = []
         calls: list[dict] = []
@@ -131,8 +131,7 @@ class Agent:
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():
             key = self._reply_key(text) if self._reply_key else ""
-            self.session.append_many([dict(speaker="assistant", text=text, role="assistant", ts=self._ts,
-                                           **({"key": key} if key else {}))], origin="agent")
+            self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent", key=key)
         self.session.write_bookmarks()   # a call to the bookmark model once a batch of pages has sealed
         return Reply(text, steps, calls)
 

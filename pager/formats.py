@@ -6,6 +6,7 @@ nothing half-imported; errors name the file, the line and the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -54,6 +55,11 @@ def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
         speaker = obj.get("speaker") or obj.get("role") or "user"
         message = {"speaker": str(speaker), "text": text, "role": str(obj.get("role") or "user"),
                    "date": str(obj.get("date") or ""), "ref": str(obj.get("id") or obj.get("ref") or "")}
+        if obj.get("key") is not None:
+            if not isinstance(obj["key"], str) or not obj["key"] or len(obj["key"]) > 200:
+                raise InputError(f"{where}: \"key\" must be a non-empty string of at most 200 characters; "
+                                 "nothing was imported")
+            message["key"] = obj["key"]
         if obj.get("ts") is not None:
             try:
                 message["ts"] = float(obj["ts"])
@@ -62,6 +68,20 @@ def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
         out.setdefault(str(obj.get("session") or session), []).append(message)
     if not out:
         raise InputError(f"{path} holds no messages; expected JSON lines with \"speaker\" and \"text\"")
+    return out
+
+
+def keyed(messages: list[dict]) -> list[dict]:
+    """Messages with an idempotency key each, so importing a file again adds nothing twice: a line
+    is known by its position among the file's lines for its session and by what it says. A line's
+    own "key" wins."""
+    out = []
+    for i, m in enumerate(messages):
+        if m.get("key"):
+            out.append(m)
+            continue
+        what = "\x00".join(str(m.get(k, "")) for k in ("speaker", "role", "text", "date", "ts", "ref"))
+        out.append({**m, "key": "line:" + hashlib.sha256(f"{i}\x00{what}".encode()).hexdigest()[:24]})
     return out
 
 

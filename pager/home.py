@@ -2,14 +2,20 @@
 
     PAGER_HOME/
       db/         LanceDB tables (or --db / PAGER_DB elsewhere, s3:// included)
-      journal/    one segment per live process; fsync'd before a turn is acknowledged
+      journal/    one segment per live process, fsync'd before a turn is acknowledged;
+                  damaged/ keeps recovered segments that had damaged records
       locks/      one file per session: flock for appends, holding "last_turn generation"
-      traces/     one JSONL trace per session run
+      traces/     one JSONL trace per session run and process
+      cache/      search indexes and session snapshots; safe to delete
 
-The journal and locks are local: several processes on one machine may share a session
-(turn numbers are assigned under the session's lock, and each process reads the others'
-journal segments). Processes on different machines may share the store for different
-sessions.
+The one write path (`Home.accept`): under the locks of the sessions written (taken in a fixed
+order), each session first takes in everything other processes made durable (their journal
+segments, then the store), numbers the new turns after the durable last turn, and the whole
+group is written to the journal as one frame and fsync'd; only then are the locks advanced and
+the turns packed onto pages. Pages are sealed from the gapless, durable turn sequence only
+(Session._take), so every process that packs a session seals the same pages, and the store keeps
+each once. Ownership: this process's journal segment and the sessions' lock files are local;
+what lives in the store is shared. A read-only home (search, inspect, export) writes nothing.
 """
 
 from __future__ import annotations
@@ -17,67 +23,102 @@ from __future__ import annotations
 import fcntl
 import gc
 import hashlib
+import logging
 import os
 import pickle
 import shutil
+import threading
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
 from .errors import StoreError
 from .journal import Journal
-from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
 from .tokens import Tokenizer, get_tokenizer
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("pager")
 
 
 @dataclass
 class SessionLock:
+    """A session's lock file, held with flock by the one process appending to it: "last_turn
+    generation [pending]". last_turn is the durable last turn; generation counts journal ops,
+    so a reader knows when to look at the journals again; "pending" is written before a journal
+    write and cleared after it, so the next holder knows a holder died in between and scans."""
+
     path: Path
     fd: int
     last_turn: int = 0
     generation: int = 0
+    dirty: bool = False
+    owner: int = 0
+    depth: int = 0
+
+    def intend(self) -> None:
+        self._write(self.last_turn, self.generation, True)
 
     def advance(self, last_turn: int, ops: int) -> None:
-        self.last_turn, self.generation = last_turn, self.generation + ops
-        data = f"{self.last_turn} {self.generation}\n".encode()
-        os.pwrite(self.fd, data.ljust(40), 0)
+        self._write(max(self.last_turn, last_turn), self.generation + ops, False)
+
+    def _write(self, last: int, generation: int, dirty: bool) -> None:
+        data = f"{last} {generation}{' pending' if dirty else ''}\n".encode()
+        os.pwrite(self.fd, data.ljust(48), 0)
+        self.last_turn, self.generation, self.dirty = last, generation, dirty
 
 
-def _read_counts(data: bytes) -> tuple[int, int]:
+def _read_counts(data: bytes) -> tuple[int, int, bool]:
     parts = data.split()
     try:
-        return int(parts[0]), int(parts[1])
+        return int(parts[0]), int(parts[1]), b"pending" in parts[2:]
     except (IndexError, ValueError):
-        return 0, 0
+        return 0, 0, False
 
 
 class Home:
     def __init__(self, config: Config, store: Store | None = None, embedder: Embedder | None = None,
                  tokenizer: Tokenizer | None = None, clock: Callable[[], float] = time.time,
-                 durable: bool = True) -> None:
+                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.path = Path(config.home)
-        try:
-            for sub in ("journal", "locks", "traces"):
-                (self.path / sub).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
+        self.read_only = read_only
+        self.warnings: list[str] = []
+        self._warn = warn or log.warning
+        if not read_only:
+            try:
+                for sub in ("journal", "locks", "traces"):
+                    (self.path / sub).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
         self._embedder = embedder
         self._store = store
         self._writer = None
-        self.journal = Journal(self.path / "journal", fsync=durable)
+        self._mutex = threading.RLock()   # one writer thread at a time in this process
+        self._held: dict[tuple[str, str], SessionLock] = {}
+        self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
+        self.journal = Journal(self.path / "journal", fsync=durable, read_only=read_only, report=self.warn)
         self.sessions: dict[tuple[str, str], "Session"] = {}
         self.flushes = 0
         self._closed = False
-        self._sweep_tmp()
-        self.recovered = self.recover()
+        self.recovered = 0
+        if not read_only:
+            self._sweep_tmp()
+            self.recovered = self.recover()
+
+    def warn(self, message: str) -> None:
+        """Something a person should know (damage found and skipped); said once, never fatal."""
+        if message not in self.warnings:
+            self.warnings.append(message)
+            self._warn(message)
 
     # -- lazily built parts (LanceDB and the embedder cost seconds to import) ----------------------------
     @property
@@ -102,7 +143,11 @@ class Home:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = LanceStore(self.config.db_uri, self.embedder.dim)
+            if self.read_only and "://" not in self.config.db_uri and not Path(self.config.db_uri).exists():
+                self._store = MemoryStore(self.embedder.dim)  # nothing was ever stored here
+            else:
+                self._store = LanceStore(self.config.db_uri, self.embedder.dim, read_only=self.read_only,
+                                          notify=self.warn)
         return self._store
 
     # -- sessions -------------------------------------------------------------------------------------
@@ -115,11 +160,17 @@ class Home:
 
         key = (self.config.user if user is None else user, self.config.session if session is None else session)
         if key not in self.sessions:
-            source = self._snapshot(*key) if read_only else None
+            source = self._snapshot(*key) if (read_only or self.read_only) else None
             s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
         return self.sessions[key]
+
+    def exists(self, user: str, session: str) -> bool:
+        """Whether the session holds anything, in the store or in a journal."""
+        if self.store.turn_count(user, session):
+            return True
+        return any(op["user"] == user and op["session"] == session for op in self.journal.read_new({}))
 
     # -- the index cache: a session's search index, kept on local disk between processes -------------------
     def _cache_path(self, s) -> Path:
@@ -166,7 +217,7 @@ class Home:
         the session lock's counts: a later read-only open trusts it only while they are unchanged."""
         if isinstance(s.source, Snapshot):
             return  # opened from one and only looked
-        last, generation = self._read_lock(s)
+        last, generation = self.read_counts(s)
         if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < 200:
             return  # turns of other processes not taken in, or an index not worth caching
         pages = [s.pages[n] for n in sorted(s.pages)]
@@ -196,39 +247,93 @@ class Home:
             return None
         if not isinstance(snapshot, Snapshot) or snapshot.format != Snapshot.FORMAT:
             return None
-        if _read_counts_path(self._lock_path(user, session)) != (snapshot.last_turn, snapshot.generation):
+        counts = _read_counts_path(self._lock_path(user, session))
+        if counts is None or counts[:2] != (snapshot.last_turn, snapshot.generation):
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: self.store
         return snapshot
 
+    # -- the one write path ------------------------------------------------------------------------------
+    def accept(self, groups: dict, origin: str = "input") -> dict:
+        """Accept messages for one or more sessions ({Session: [message, …]}) as one transaction: every
+        message of every session durable in one journal frame, or none. Returns {Session: [Turn, …]},
+        one turn per message (a message whose key the session already holds gets that turn back)."""
+        if self.read_only:
+            raise StoreError("this home was opened read-only; open it without read_only to write")
+        drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
+        order = sorted(drafts, key=lambda s: s.key())
+        with self._mutex, ExitStack() as stack:
+            locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
+            plans = {}
+            for s in order:
+                s.sync(locks[s])
+                plans[s] = s.number(drafts[s], locks[s].last_turn)
+            written = [s for s in order if plans[s][0]]
+            for s in written:
+                locks[s].intend()
+            try:
+                self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
+            except BaseException:
+                for s in written:
+                    locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
+                raise
+            for s in written:
+                locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
+                s.generation = locks[s].generation
+        for s in order:
+            s.take_accepted(plans[s][0], origin)
+        self.maybe_flush()
+        return {s: plans[s][1] for s in order}
+
+    def journal_op(self, session, op: dict) -> None:
+        """Make one non-turn op (a bookmark, a pin) durable for a session."""
+        with self._mutex, self.session_lock(session.user, session.name) as lock:
+            lock.intend()
+            try:
+                self.journal.append([{**op, "user": session.user, "session": session.name}])
+            finally:
+                lock.advance(lock.last_turn, 1)
+
+    # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
         digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:32]
         return self.path / "locks" / f"{digest}.lock"
 
     @contextmanager
-    def session_lock(self, s) -> Iterator[SessionLock]:
-        path = self._lock_path(s.user, s.name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            last, gen = _read_counts(os.pread(fd, 64, 0))
-            yield SessionLock(path, fd, last, gen)
-        finally:
-            os.close(fd)  # closing releases the flock
+    def session_lock(self, user: str, session: str) -> Iterator[SessionLock]:
+        """The session's lock: flock between processes, a mutex between threads, re-entrant in a thread."""
+        key = (user, session)
+        held = self._held.get(key)
+        if held is not None and held.owner == threading.get_ident():
+            held.depth += 1
+            try:
+                yield held
+            finally:
+                held.depth -= 1
+            return
+        with self._lock_mutexes.setdefault(key, threading.Lock()):
+            path = self._lock_path(user, session)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise StoreError(f"cannot lock {path} ({exc}); check permissions on --home") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                lock = SessionLock(path, fd, *_read_counts(os.pread(fd, 64, 0)), owner=threading.get_ident())
+                self._held[key] = lock
+                try:
+                    yield lock
+                finally:
+                    del self._held[key]
+            finally:
+                os.close(fd)  # closing releases the flock
 
-    def read_generation(self, s) -> int:
-        return self._read_lock(s)[1]
-
-    def read_last_turn(self, s) -> int:
-        return self._read_lock(s)[0]
-
-    def _read_lock(self, s) -> tuple[int, int]:
-        return _read_counts_path(self._lock_path(s.user, s.name)) or (0, 0)
+    def read_counts(self, s) -> tuple[int, int]:
+        """(durable last turn, generation) as the session's lock file says now, without locking."""
+        counts = _read_counts_path(self._lock_path(s.user, s.name))
+        return counts[:2] if counts else (0, 0)
 
     # -- durability -----------------------------------------------------------------------------------
-    def journal_append(self, records: list[dict]) -> None:
-        self.journal.append(records)
-
     def maybe_flush(self) -> None:
         """Flush when the journal holds enough; a store that refuses is reported, not fatal: the
         records stay in the journal and the next flush (or the next process) writes them."""
@@ -241,68 +346,58 @@ class Home:
                 s.emit("store_error", error=str(exc))
 
     def flush(self) -> None:
-        """Write every open session's pending turns, pages, bookmarks and page table in one batch."""
-        parts = {s: s.take_pending() for s in self.sessions.values()}
-        batch = Batch()
-        for part in parts.values():
-            batch.turns += part.turns
-            batch.pages += part.pages
-            batch.vectors += part.vectors
-            batch.bookmarks += part.bookmarks
-            batch.states.update(part.states)
-        if not batch:
+        """Write every open session's pending turns, pages, bookmarks and page table in one batch,
+        then start a new journal segment: everything in the old one is in the store."""
+        if self.read_only:
             return
-        try:
-            # Writers of one session take turns, and each writes against the latest version, so two
-            # processes that sealed the same page (packing is deterministic) store it once.
-            with ExitStack() as locks:
-                for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
-                    locks.enter_context(self.session_lock(s))
-                self.store.refresh()
-                self.store.put(batch)
-        except Exception:
-            for s, part in parts.items():  # keep them for the next try; the journal still has them too
-                s.pending = part.merged(s.pending)
-            raise
-        self.journal.rotate()
-        self.flushes += 1
-        if self.flushes % self.config.compact_every == 0:
-            self.store.compact(self.config.keep_versions_s)
+        with self._mutex:
+            parts = {s: s.take_pending() for s in self.sessions.values()}
+            batch = Batch()
+            for part in parts.values():
+                batch.turns += part.turns
+                batch.pages += part.pages
+                batch.vectors += part.vectors
+                batch.bookmarks += part.bookmarks
+                batch.states.update(part.states)
+            if batch:
+                try:
+                    # Writers of one session take turns, and each writes against the latest version, so two
+                    # processes that sealed the same page (packing is deterministic) store it once.
+                    with ExitStack() as locks:
+                        for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
+                            locks.enter_context(self.session_lock(s.user, s.name))
+                        self.store.refresh()
+                        self.store.put(batch)
+                except Exception:
+                    for s, part in parts.items():  # keep them for the next try; the journal still has them too
+                        s.pending = part.merged(s.pending)
+                    raise
+                self.flushes += 1
+                if self.flushes % self.config.compact_every == 0:
+                    self.store.compact(self.config.keep_versions_s)
+            if self.journal.written:
+                self.journal.rotate()
 
     def recover(self) -> int:
-        """Replay journal segments left by dead processes into the store; returns records recovered."""
+        """Write journal segments left by dead processes into the store; returns turns recovered.
+        A segment goes only after its ops are in the store; one with damaged records is set aside."""
         count = 0
-        for _path, records in self.journal.orphans():
-            by_session: dict[tuple[str, str], list[dict]] = {}
-            for r in records:
-                by_session.setdefault((r.get("user", ""), r.get("session", "")), []).append(r)
-            for (user, session), rows in by_session.items():
-                count += self._recover_session(user, session, rows)
+        for path, ops, damaged in self.journal.orphans():
+            keys = sorted({(op["user"], op["session"]) for op in ops})
+            for user, session in keys:
+                with self.session_lock(user, session) as lock:
+                    s = self.open(session, user)
+                    s.sync(lock)
+                    mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
+                    count += s.adopt(mine)
+                    last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
+                    lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
             self.flush()
+            if damaged:
+                self.journal.set_aside(path)
+            else:
+                path.unlink(missing_ok=True)
         return count
-
-    def _recover_session(self, user: str, session: str, rows: list[dict]) -> int:
-        from .bookmarks import Bookmark
-
-        s = self.open(session, user)
-        recovered = 0
-        for r in sorted((r for r in rows if r.get("op") == "turn"), key=lambda r: r["turn"]):
-            if r["turn"] > s.turn_count:
-                t = Turn(**{k: r[k] for k in Turn.__dataclass_fields__})
-                s._pack(t, 0, own=True)
-                recovered += 1
-            elif r["turn"] > 0:
-                # already packed from the store or another segment, but maybe never written there
-                s.pending.turns.append(Turn(**{k: r[k] for k in Turn.__dataclass_fields__}))
-        for r in rows:
-            if r.get("op") == "bookmark":
-                mark = Bookmark.from_dict(r)
-                s.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
-                s.pending.bookmarks.append((user, session, mark))
-            elif r.get("op") == "pin" and r["page"] in s.table:
-                s.table[r["page"]].pinned = bool(r["pinned"])
-        s._embed_pending()
-        return recovered
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
 
@@ -321,6 +416,9 @@ class Home:
 
     def close(self) -> None:
         if self._closed:
+            return
+        if self.read_only:
+            self._closed = True
             return
         try:
             self.flush()
@@ -346,10 +444,10 @@ class Home:
             self._closed = True
 
 
-def _read_counts_path(path: Path) -> tuple[int, int] | None:
+def _read_counts_path(path: Path) -> tuple[int, int, bool] | None:
     try:
         return _read_counts(path.read_bytes())
-    except FileNotFoundError:
+    except OSError:
         return None
 
 

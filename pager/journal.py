@@ -1,12 +1,21 @@
 """The write-ahead journal: an accepted turn is on local disk before anything else happens.
 
-Each process appends JSON lines to a segment file of its own and holds an exclusive lock on
-it while it lives. `append` returns only after fsync, so whatever it returned for survives
-`kill -9`. Records are written to the store in batches (see pager.home); a fully written
-segment is then replaced by a fresh one. A segment whose lock can be taken belongs to a dead
-process: its records are replayed into the store (writes there are insert-if-absent, so a
-record that already landed lands once) and the segment is removed. A torn last line, from a
-crash inside a write that was never acknowledged, is ignored.
+Each process appends to a segment of its own (`journal/<ns>-<pid>-<rand>.wal`) and holds an
+exclusive flock on it while it lives. The segment is created under a hidden name, locked, and
+only then renamed into view, so no other process can ever see it unlocked while its owner lives
+(a visible unlocked segment belongs to a dead process and is recovered).
+
+Framing (version 2), after RFC 7464 JSON text sequences and LevelDB's log: every `append` is one
+frame, all of its records or none,
+
+    0x1E  <body length, 8 hex digits> SP <CRC-32 of the body, 8 hex digits> SP  <body>  LF
+
+where the body is `{"v": 2, "ops": [...]}`. 0x1E never occurs inside JSON text, so a reader that
+meets a torn or damaged frame skips to the next 0x1E: a torn tail costs exactly the torn frame,
+never the frame after it. A failed write is also cut off the file (ftruncate) before the error is
+raised. Damaged frames and records that are not valid ops are reported once each, naming file and
+offset, and never stop a reader. Segments of version 1 (`*.jsonl`, one JSON object per line, from
+release 0.1) are still read and recovered.
 """
 
 from __future__ import annotations
@@ -14,44 +23,199 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import time
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import StoreError
 
-VERSION = 1
+VERSION = 2
+RS = b"\x1e"
+HEADER = 1 + 8 + 1 + 8 + 1  # RS, length, space, crc, space
+SUFFIX = ".wal"
+LEGACY_SUFFIX = ".jsonl"
+
+# what a valid op carries: name → (field → type)
+_TURN_FIELDS = {"session": str, "turn": int, "speaker": str, "text": str, "role": str, "date": str,
+                "ts": (int, float), "ref": str, "user": str}
+OPS: dict[str, dict] = {
+    "turn": _TURN_FIELDS,
+    "bookmark": {"user": str, "session": str, "uid": str, "keywords": list, "pages": list},
+    "pin": {"user": str, "session": str, "page": int, "pinned": bool},
+}
+
+
+def frame(ops: list[dict]) -> bytes:
+    body = json.dumps({"v": VERSION, "ops": ops}, ensure_ascii=False, separators=(",", ":")).encode()
+    return b"%s%08x %08x %s\n" % (RS, len(body), zlib.crc32(body), body)
+
+
+def valid(op) -> str:
+    """'' for a well-formed op, else what is wrong with it."""
+    if not isinstance(op, dict):
+        return "not an object"
+    fields = OPS.get(op.get("op"))  # type: ignore[arg-type]
+    if fields is None:
+        return f"unknown op {op.get('op')!r}"
+    for name, kind in fields.items():
+        value = op.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            return f"field {name!r} is {type(value).__name__}, not {getattr(kind, '__name__', 'a number')}"
+    if op["op"] == "turn" and (op["turn"] < 1 or not op["text"] or not isinstance(op.get("key", ""), str)):
+        return "a turn needs a number of 1 or more, some text and a string key"
+    return ""
+
+
+@dataclass
+class Read:
+    """What a read of one segment found."""
+
+    ops: list[dict] = field(default_factory=list)
+    end: int = 0                                   # offset after the last whole frame
+    damage: list[str] = field(default_factory=list)  # "file at offset N: why"
+
+
+def read_segment(path: Path, offset: int = 0, final: bool = False) -> Read:
+    """Ops from offset on. A frame still being written (a live writer's tail) is left for the next
+    read; with final (the owner is dead) it is a torn write that was never acknowledged."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return Read(end=offset)
+    if path.suffix == LEGACY_SUFFIX:
+        return _read_legacy(path, offset, data, final)
+    out = Read(end=offset)
+    pos = 0
+    while pos < len(data):
+        if data[pos : pos + 1] != RS:
+            nxt = data.find(RS, pos)
+            out.damage.append(f"{path.name} at offset {offset + pos}: {(nxt if nxt >= 0 else len(data)) - pos} "
+                              "bytes that are not a frame")
+            if nxt < 0:
+                out.end = offset + len(data)
+                break
+            pos = nxt
+            out.end = offset + pos
+            continue
+        head = data[pos : pos + HEADER]
+        nxt = data.find(RS, pos + 1)
+        try:
+            length, crc = int(head[1:9], 16), int(head[10:18], 16)
+            if head[9:10] != b" " or head[18:19] != b" ":
+                raise ValueError
+        except ValueError:
+            if nxt < 0 and len(head) < HEADER:
+                if final:
+                    out.end = offset + len(data)  # torn: never acknowledged
+                break  # else a header still being written
+            out.damage.append(f"{path.name} at offset {offset + pos}: a damaged frame header")
+            pos = nxt if nxt >= 0 else len(data)
+            out.end = offset + pos
+            continue
+        body_end = pos + HEADER + length
+        if body_end + 1 > len(data) and nxt < 0:
+            if final:
+                out.end = offset + len(data)  # torn: never acknowledged
+            break
+        body = data[pos + HEADER : body_end]
+        if zlib.crc32(body) != crc or data[body_end : body_end + 1] != b"\n":
+            out.damage.append(f"{path.name} at offset {offset + pos}: a frame whose checksum does not match")
+            pos = nxt if nxt >= 0 else len(data)
+            out.end = offset + pos
+            continue
+        _take_body(body, path, offset + pos, out)
+        pos = body_end + 1
+        out.end = offset + pos
+    return out
+
+
+def _take_body(body: bytes, path: Path, where: int, out: Read) -> None:
+    try:
+        obj = json.loads(body)
+        ops = obj["ops"]
+        if not isinstance(ops, list):
+            raise TypeError
+    except (ValueError, TypeError, KeyError):
+        out.damage.append(f"{path.name} at offset {where}: a frame that is not a list of ops")
+        return
+    for i, op in enumerate(ops):
+        problem = valid(op)
+        if problem:
+            out.damage.append(f"{path.name} at offset {where}, op {i}: {problem}")
+        else:
+            out.ops.append(op)
+
+
+def _read_legacy(path: Path, offset: int, data: bytes, final: bool) -> Read:
+    """Version 1: JSON lines. A torn last line (no newline yet) is left alone or, when final, dropped."""
+    out = Read(end=offset)
+    end = data.rfind(b"\n") + 1
+    pos = 0
+    for line in data[:end].split(b"\n")[:-1]:
+        where = offset + pos
+        pos += len(line) + 1
+        try:
+            op = json.loads(line)
+        except ValueError:
+            out.damage.append(f"{path.name} at offset {where}: not a JSON line")
+            continue
+        problem = valid(op)
+        if problem:
+            out.damage.append(f"{path.name} at offset {where}: {problem}")
+        else:
+            out.ops.append(op)
+    out.end = offset + (len(data) if final else end)
+    return out
 
 
 class Journal:
-    def __init__(self, folder: Path, fsync: bool = True) -> None:
+    """This process's segment, and the readers of everyone else's."""
+
+    def __init__(self, folder: Path, fsync: bool = True, read_only: bool = False,
+                 report: Callable[[str], None] | None = None) -> None:
         self.folder = Path(folder)
         self.fsync = fsync
+        self.read_only = read_only
+        self.report = report or (lambda message: None)
+        self._reported: set[str] = set()
+        self._fd = -1
+        self.path: Path | None = None
+        self.written = 0
+        if read_only:
+            return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the journal folder {self.folder}: {exc}; check --home") from exc
-        self._fd = -1
-        self.path: Path | None = None
         self._open_segment()
 
     def _open_segment(self) -> None:
-        name = f"{time.time_ns():020d}-{os.getpid()}.jsonl"
-        path = self.folder / name
+        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}{SUFFIX}"
+        hidden = self.folder / f".{name}.new"  # not matched by the readers' glob
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # locked before it is visible
+            os.rename(hidden, self.folder / name)
         except OSError as exc:
             raise StoreError(f"cannot write the journal in {self.folder}: {exc}; check the disk and --home") from exc
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        self._fd, self.path = fd, path
+        self._fd, self.path = fd, self.folder / name
         self.written = 0
 
-    def append(self, records: list[dict]) -> None:
-        """Write records as one group and make them durable before returning."""
-        if not records:
+    def append(self, ops: list[dict]) -> None:
+        """Write ops as one frame and make it durable before returning; on failure nothing of it stays."""
+        if not ops:
             return
-        data = "".join(json.dumps({"v": VERSION, **r}, ensure_ascii=False, separators=(",", ":")) + "\n"
-                       for r in records).encode()
+        if self.read_only:
+            raise StoreError("this home was opened read-only; nothing can be written")
+        if self._fd < 0:
+            self._open_segment()
+        data = frame(ops)
+        size = os.fstat(self._fd).st_size
         try:
             view = memoryview(data)
             while view:
@@ -60,19 +224,26 @@ class Journal:
             if self.fsync:
                 os.fsync(self._fd)
         except OSError as exc:
+            try:
+                os.ftruncate(self._fd, size)  # cut the torn frame off: the next one starts clean
+            except OSError:
+                pass  # readers skip it by its checksum
             raise StoreError(f"the journal write failed ({exc}); free disk space or fix permissions on "
                              f"{self.folder}; the message was not accepted") from exc
-        self.written += len(records)
+        self.written += len(ops)
 
     def rotate(self) -> None:
-        """Start a new segment and drop the old one: call only when all its records are in the store."""
+        """Start a new segment and drop the old one: call only when all its ops are in the store."""
+        if self.read_only or self._fd < 0:
+            return
         old_fd, old_path = self._fd, self.path
-        self._open_segment()
-        os.close(old_fd)
+        self._fd, self.path = -1, None
         try:
-            os.unlink(old_path)
-        except FileNotFoundError:
-            pass
+            self._open_segment()
+        finally:
+            os.close(old_fd)
+            if old_path is not None:
+                old_path.unlink(missing_ok=True)
 
     def close(self, remove: bool) -> None:
         if self._fd >= 0:
@@ -81,54 +252,61 @@ class Journal:
             if remove and self.path is not None:
                 self.path.unlink(missing_ok=True)
 
-    def others(self) -> list[Path]:
-        return sorted(p for p in self.folder.glob("*.jsonl") if p != self.path)
+    def segments(self, own: bool = False) -> list[Path]:
+        """Every visible segment but (unless own) this process's, oldest first; anything else is ignored."""
+        try:
+            paths = [p for p in self.folder.iterdir() if p.suffix in (SUFFIX, LEGACY_SUFFIX)
+                     and not p.name.startswith(".") and (own or p != self.path)]
+        except OSError:
+            return []
+        return sorted((p for p in paths if p.is_file()), key=lambda p: p.name)
 
-    def orphans(self) -> Iterator[tuple[Path, list[dict]]]:
-        """Segments of dead processes, each locked while the caller recovers it (then removed)."""
-        for path in self.others():
+    def _note(self, damage: list[str]) -> None:
+        for message in damage:
+            if message not in self._reported:
+                self._reported.add(message)
+                self.report(f"journal damage: {message}; that record is skipped")
+
+    def orphans(self) -> Iterator[tuple[Path, list[dict], bool]]:
+        """Segments of dead processes (path, ops, damaged?), each locked while the caller recovers it;
+        the caller removes it (or sets it aside if damaged) before the next one is offered."""
+        if self.read_only:
+            return
+        for path in self.segments():
             try:
                 fd = os.open(path, os.O_RDWR)
-            except FileNotFoundError:
+            except OSError:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue  # its process is alive
-            try:
-                records, _ = read_records(path, 0)
-                yield path, records
-                path.unlink(missing_ok=True)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its process is alive
+                if os.fstat(fd).st_nlink == 0:
+                    continue  # recovered by another process while we waited
+                read = read_segment(path, 0, final=True)
+                self._note(read.damage)
+                yield path, read.ops, bool(read.damage)
             finally:
                 os.close(fd)
 
-    def read_new(self, offsets: dict[str, int]) -> list[dict]:
-        """Records other processes appended since the reader's offsets (segment name → bytes read)."""
+    def set_aside(self, path: Path) -> None:
+        """Keep a recovered segment that had damage, for a person to look at; it is not read again."""
+        aside = self.folder / "damaged"
+        aside.mkdir(exist_ok=True)
+        os.replace(path, aside / path.name)
+
+    def read_new(self, offsets: dict[str, int], own: bool = False) -> list[dict]:
+        """Ops other processes (and with own, this one) appended since the reader's offsets
+        (segment name → bytes read)."""
         seen = set()
-        records: list[dict] = []
-        for path in self.others():
+        ops: list[dict] = []
+        for path in self.segments(own):
             seen.add(path.name)
-            new, offsets[path.name] = read_records(path, offsets.get(path.name, 0))
-            records.extend(new)
+            read = read_segment(path, offsets.get(path.name, 0))
+            offsets[path.name] = read.end
+            self._note(read.damage)
+            ops.extend(read.ops)
         for name in set(offsets) - seen:
             del offsets[name]
-        return records
-
-
-def read_records(path: Path, offset: int) -> tuple[list[dict], int]:
-    """Complete JSON lines from offset on, and the offset after the last complete one."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except FileNotFoundError:
-        return [], offset
-    records = []
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        try:
-            records.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue  # a torn write that was never acknowledged
-    return records, offset + end
+        return ops

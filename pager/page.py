@@ -27,9 +27,15 @@ class Turn:
     ts: float = 0.0      # seconds since the epoch
     ref: str = ""        # id in an imported file, e.g. LoCoMo "D1:3"
     user: str = ""
+    key: str = ""        # idempotency key: a message sent again with the same key is not stored twice
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Turn":
+        """From a journal op or a store row (rows of schema v1 have no key)."""
+        return cls(**{k: record[k] for k in cls.__dataclass_fields__ if k in record})
 
 
 def header_reserve(page_tokens: int) -> int:

@@ -238,11 +238,8 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             if event.get("origin") == "input":
                 session.append_many(turns)
             else:  # turns another process appended, taken in by sync
-                session.emit("append", origin=event.get("origin"), turns=event["turns"])
                 session.in_use = set()
-                for t in turns:
-                    session._pack(_turn(session, t), 0, own=False)
-                session._embed_pending()
+                session.receive(turns)
         elif kind == "user":
             if agent is None:
                 agent = agent_factory(event.get("speaker", "user"))
@@ -258,13 +255,6 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             run.divergence = _first_divergence(compare, live)
             if run.divergence:
                 return
-
-
-def _turn(session, record: dict):
-    from .page import Turn
-
-    return Turn(session.name, session.turn_count + 1, record["speaker"], record["text"], record.get("role", "user"),
-                record.get("date", ""), record.get("ts", 0.0), record.get("ref", ""), session.user)
 
 
 def _resume(session, event: dict, policy: str | None) -> None:

@@ -24,7 +24,7 @@ from .bookmarks import Bookmark
 from .errors import StoreError
 from .page import Page, Turn
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: turns carry an idempotency key
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Store(Protocol):
     def put(self, batch: Batch) -> None: ...
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]: ...
     def turn_count(self, user: str, session: str) -> int: ...
+    def keys(self, user: str, session: str) -> dict[str, int]: ...
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]: ...
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
@@ -86,6 +87,9 @@ class MemoryStore:
 
     def turn_count(self, user: str, session: str) -> int:
         return max(self._turns.get((user, session), {}), default=0)
+
+    def keys(self, user: str, session: str) -> dict[str, int]:
+        return {t.key: t.turn for t in self._turns.get((user, session), {}).values() if t.key}
 
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]:
         rows = self._pages.get((user, session), {})
@@ -149,11 +153,15 @@ def _page_from(row: dict) -> Page:
 class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states` and `meta` under one URI."""
 
-    def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None) -> None:
+    def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
+                 notify=None) -> None:
         import lancedb
 
         self.uri = uri
         self.dim = dim
+        self.read_only = read_only
+        self.notify = notify or (lambda message: None)
+        self.pending_migrations: list[str] = []
         try:
             kwargs = {}
             if read_consistency_s is not None:
@@ -173,7 +181,7 @@ class LanceStore:
         s, i, f = pa.string(), pa.int64(), pa.float64()
         return {
             "turns": pa.schema([("user", s), ("session", s), ("turn", i), ("speaker", s), ("text", s),
-                                ("role", s), ("date", s), ("ts", f), ("ref", s)]),
+                                ("role", s), ("date", s), ("ts", f), ("ref", s), ("key", s)]),
             "pages": pa.schema([("user", s), ("session", s), ("n", i), ("text", s), ("tokens", i),
                                 ("first_turn", i), ("last_turn", i), ("spans", s), ("speakers", pa.list_(s)),
                                 ("date_first", s), ("date_last", s), ("ts_first", f), ("ts_last", f),
@@ -187,15 +195,57 @@ class LanceStore:
 
     def _open_or_create(self) -> None:
         existing = set(self._table_names())
+        fresh = not existing
         for name, schema in self._schemas().items():
             if name in existing:
                 self._tables[name] = self._open(name)
+            elif self.read_only:
+                continue  # nothing was ever written to it: reads answer empty
             else:
                 try:
                     self._tables[name] = self.db.create_table(name, schema=schema)
                 except (OSError, ValueError, RuntimeError):
                     # another process created it first
                     self._tables[name] = self._open(name)
+        if "meta" in self._tables:
+            self._check(fresh)
+
+    def _meta(self) -> dict[str, str]:
+        return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
+
+    def _check(self, fresh: bool) -> None:
+        """Refuse a store this pager cannot read (newer schema, other vector size); bring an older
+        one forward by the named migrations it lacks. A store of release 0.1 has no meta rows."""
+        meta = self._meta()
+        if fresh and not meta and not self.read_only:
+            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim),
+                            **{f"migration:{m.__name__}": "new store" for m in MIGRATIONS}})
+            return
+        version = int(meta.get("schema", 1))
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
+                             f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
+        if int(meta.get("dim", self.dim)) != self.dim:
+            raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
+                             f"{self.dim}; set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+        missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
+        if self.read_only:
+            self.pending_migrations = [m.__name__ for m in missing]
+            return
+        for step in missing:
+            step(self)
+            self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
+            self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
+        if missing or "schema" not in meta:
+            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": meta.get("dim", str(self.dim))})
+
+    def _set_meta(self, values: dict[str, str]) -> None:
+        import pyarrow as pa
+
+        data = pa.Table.from_pylist([{"key": k, "value": v} for k, v in values.items()], schema=self._schemas()["meta"])
+        table = self._tables["meta"]
+        self._retry(lambda: table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all()
+                    .execute(data))
 
     def _open(self, name: str, wait_s: float = 10.0):
         """Open a table another process may be creating right now: its folder shows before its first
@@ -208,20 +258,6 @@ class LanceStore:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        meta = {r["key"]: r["value"] for r in self._tables["meta"].search().to_list()}
-        if "schema" not in meta:
-            self._tables["meta"].add([{"key": "schema", "value": str(SCHEMA_VERSION)},
-                                      {"key": "dim", "value": str(self.dim)}])
-        else:
-            version = int(meta["schema"])
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
-                                 f"(v{SCHEMA_VERSION}); upgrade pager")
-            if int(meta.get("dim", self.dim)) != self.dim:
-                raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
-                                 f"{self.dim}; use the embedder it was made with or a new --home")
-            for step in MIGRATIONS[version:SCHEMA_VERSION]:
-                step(self)
 
     def _table_names(self) -> list[str]:
         result = self.db.list_tables()
@@ -232,6 +268,8 @@ class LanceStore:
         """Append what is new. Callers hold the sessions' locks (pager.home), so checking which keys
         exist and then appending cannot race another local writer; a plain append is one new fragment,
         where a merge would join against the whole table."""
+        if self.read_only:
+            raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
         if batch.turns:
             self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
         if batch.pages:
@@ -298,6 +336,8 @@ class LanceStore:
         return (col("user") == lit(user)) & (col("session") == lit(session))
 
     def _rows(self, name: str, user: str, session: str, extra=None, columns=None) -> list[dict]:
+        if name not in self._tables:
+            return []  # a read-only open of a store that never had this table
         where = self._where(user, session)
         if extra is not None:
             where = where & extra
@@ -318,12 +358,17 @@ class LanceStore:
         from lancedb.expr import col, lit
 
         rows = self._rows("turns", user, session, col("turn") > lit(after))
-        fields = Turn.__dataclass_fields__
-        return sorted((Turn(**{k: r[k] for k in fields}) for r in rows), key=lambda t: t.turn)
+        return sorted((Turn.from_record(r) for r in rows), key=lambda t: t.turn)
 
     def turn_count(self, user: str, session: str) -> int:
         rows = self._rows("turns", user, session, columns=["turn"])
         return max((r["turn"] for r in rows), default=0)
+
+    def keys(self, user: str, session: str) -> dict[str, int]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("turns", user, session, col("key") != lit(""), columns=["key", "turn"])
+        return {r["key"]: r["turn"] for r in rows}
 
     PAGE_COLUMNS = ["user", "session", "n", "text", "tokens", "spans", "speakers", "date_first", "date_last",
                     "ts_first", "ts_last", "refs", "keywords", "importance"]
@@ -349,6 +394,8 @@ class LanceStore:
         return json.loads(max(rows, key=lambda r: r["ts"])["state"]) if rows else None
 
     def sessions(self) -> list[dict]:
+        if "turns" not in self._tables or "pages" not in self._tables:
+            return []
         turns = self._tables["turns"].search().select(["user", "session", "turn"]).limit(None).to_list()
         pages = self._tables["pages"].search().select(["user", "session", "n"]).limit(None).to_list()
         out: dict[tuple[str, str], dict] = {}
@@ -413,4 +460,21 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
-MIGRATIONS: list = []  # MIGRATIONS[v - 1] moves a store from schema v to v + 1
+# Named, ordered steps (after simonw/llm): each applied name is recorded in the `meta` table and
+# only the missing ones run when a store is opened (or by `pager migrate`). Each step checks what
+# exists before it changes anything, so two processes migrating at once do no harm.
+MIGRATIONS: list = []
+migration = MIGRATIONS.append
+
+
+@migration
+def m002_turn_keys(store: LanceStore) -> None:
+    """turns gain an idempotency key column"""
+    table = store._tables["turns"]
+    if "key" not in table.schema.names:
+        try:
+            table.add_columns({"key": "CAST('' AS STRING)"})
+        except (OSError, RuntimeError, ValueError):
+            table.checkout_latest()
+            if "key" not in table.schema.names:  # not another process's migration: a real failure
+                raise

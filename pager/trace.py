@@ -8,8 +8,10 @@ normalized stream event by event.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,25 @@ class TraceWriter:
             self._fh.flush()
             os.fsync(self._fh.fileno())
             self._fh.close()
+
+
+def new_trace_path(home: Path, user: str, session: str, kind: str) -> Path:
+    """A trace file of its own for one run of one session in one process: named for the session
+    (sanitized, with a digest of the exact user and session so names that sanitize alike differ),
+    the run's kind, the second and the process id, and created here so no other run can take it."""
+    folder = Path(home) / "traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = re.sub(r"[^\w.-]+", "_", session)[:60] or "session"
+    digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:8]
+    stem = f"{safe}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}-{os.getpid()}"
+    for attempt in range(1000):
+        path = folder / f"{stem}{f'-{attempt}' if attempt else ''}.jsonl"
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return path
+        except FileExistsError:
+            continue
+    raise InputError(f"cannot name a new trace in {folder}; remove old traces there")
 
 
 def read_trace(path: Path) -> Iterator[dict]:

@@ -16,12 +16,11 @@ what the others wrote.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from pager.config import Config
 from pager.home import Home
-from pager.trace import TraceWriter, begin
+from pager.trace import TraceWriter, begin, new_trace_path
 
 from .dispatch import AGENT, Dispatcher
 
@@ -44,7 +43,7 @@ class Toolkit:
         self._lock = threading.Lock()
         self._writer = None
         if trace:
-            path = self.home.path / "traces" / f"{_safe(self.session.name)}-toolkit-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+            path = new_trace_path(self.home.path, self.session.user, self.session.name, "toolkit")
             self._writer = TraceWriter(path, note=f"toolkit session {self.session.name!r}: tool calls from another agent")
             self.session.events.listeners.append(self._writer)
             begin(self.session, "external", self.config.budget)
@@ -81,9 +80,3 @@ class Toolkit:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _safe(name: str) -> str:
-    import re
-
-    return re.sub(r"[^\w.-]+", "_", name)[:60] or "session"

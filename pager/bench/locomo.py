@@ -172,14 +172,14 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     errors.append(f"{conv.sample_id}: {session.writer_error}")
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
-        checkpoint = session.checkpoint()
+        checkpoint = session.paging_state()
         base = Baselines(session, conv, [t.turn for t in turns]) if baselines else None
         for q in conv.questions:
             evidence = [number[r] for r in q.evidence if r in number]
             if not evidence:
                 on_question()
                 continue
-            session.restore(checkpoint)
+            session.load_paging_state(checkpoint)
             started = time.perf_counter()
             ctx = build(session, q.question, budget=budget, chat=False)
             ms = (time.perf_counter() - started) * 1000

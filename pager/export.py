@@ -1,0 +1,30 @@
+"""Export: every turn of a session as JSONL that `pager ingest` reads back (your data is yours)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TextIO
+
+from .fsck import durable_turns
+
+
+def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
+    """Write the session's turns, store and live journals alike, in order; returns how many."""
+    turns = durable_turns(home, user, session)
+    lines = []
+    for t in turns:
+        record = {"speaker": t.speaker, "role": t.role, "text": t.text, "date": t.date, "ts": t.ts, "ref": t.ref}
+        if t.key:
+            record["key"] = t.key
+        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+    if isinstance(out, (str, Path)):
+        path = Path(out)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(lines)
+        os.replace(tmp, path)
+    else:
+        out.writelines(lines)
+    return len(turns)
