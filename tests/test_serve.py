@@ -147,7 +147,7 @@ def test_resending_the_whole_history_does_not_duplicate_turns(open_server):
         history.append({"role": "assistant", "content": reply.choices[0].message.content})
         assert reply.model_extra["pager"]["appended"] == 2, f"round {i} appended more than its question and reply"
     assert turns_of(open_server, "resend") == 8   # the system message is a prompt, not a turn
-    assert "Lyon" in history[5]["content"] and "Ines" in history[7]["content"]
+    assert "Lyon" in history[6]["content"] and "Ines" in history[8]["content"]
     edited = history[:3] + [{"role": "user", "content": "Actually I live in Nantes."}]
     client.chat.completions.create(model="offline", messages=edited, extra_headers={"X-Pager-Session": "resend"})
     assert turns_of(open_server, "resend") == 10  # an edited branch is new conversation: kept, after the rest
