@@ -34,6 +34,7 @@ class Unlocked:
     def __init__(self, model, lock: threading.Lock) -> None:
         self.model, self.lock = model, lock
         self.seconds = 0.0   # spent in the model, for the request log and the `pager` field of a reply
+        self.waited = 0.0    # spent taking the engine lock back after the model answered
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -44,8 +45,10 @@ class Unlocked:
         try:
             return self.model.complete(messages, tools)
         finally:
-            self.seconds += time.perf_counter() - started
+            answered = time.perf_counter()
+            self.seconds += answered - started
             self.lock.acquire()
+            self.waited += time.perf_counter() - answered
 
 
 class Engine:

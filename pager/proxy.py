@@ -169,8 +169,9 @@ def load_models() -> None:
     register("offline", OfflineShell())
 
 
-def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float) -> dict:
-    """One chat turn, on a worker thread with the session's lock and the engine lock held."""
+def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float) -> dict:
+    """One chat turn, on a worker thread with the session's lock and the engine lock held
+    (`queued`: the perf_counter when the request asked for them)."""
     from .agent import Agent
     from .engine import Unlocked
     from .llm import OFFLINE, LiteLLMModel
@@ -207,7 +208,7 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float)
     model_ms = unlocked.seconds * 1000
     engine_ms = (time.perf_counter() - started) * 1000 - model_ms
     return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
-            "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2)},
+            "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2), "wait_ms": round(wait_ms, 2)},
             "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,
                       "total_tokens": seen["tokens"] + completion_tokens}}
 

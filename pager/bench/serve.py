@@ -62,7 +62,8 @@ async def client(http, session: str, me: int, turns: int, latencies: list, steps
             continue
         body = r.json()
         steps.append(body["pager"]["steps"])
-        engine.append((body["pager"]["engine_ms"], body["pager"]["model_ms"], latencies[-1]))
+        info = body["pager"]
+        engine.append((info["engine_ms"], info["model_ms"], info["wait_ms"], latencies[-1]))
         history.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
 
 
@@ -137,10 +138,11 @@ async def load(url: str, clients: int, shared: int, turns: int) -> dict:
 
 
 def parts(engine: list[tuple]) -> dict:
-    """Where a call's time went: in the engine (append, paging, assembly, tools), in the model, and the
-    rest (HTTP, JSON, threads, and under load the wait for the engine lock)."""
-    return {"engine_ms": summary([e for e, _, _ in engine]), "model_ms": summary([m for _, m, _ in engine]),
-            "outside_engine_ms": summary([total - e - m for e, m, total in engine])}
+    """Where a call's time went: in the engine (append, paging, assembly, tools), in the model, waiting
+    for the session's and the engine's locks (other calls' work), and the rest (HTTP, JSON, threads)."""
+    return {"engine_ms": summary([e for e, _, _, _ in engine]), "model_ms": summary([m for _, m, _, _ in engine]),
+            "lock_wait_ms": summary([w for _, _, w, _ in engine]),
+            "http_ms": summary([total - e - m - w for e, m, w, total in engine])}
 
 
 async def alone(url: str, clients: int, turns: int) -> dict:
