@@ -205,10 +205,12 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     finally:
         s.events.listeners.remove(listen)
     completion_tokens = s.tokenizer.count(reply.text)
-    model_ms = unlocked.seconds * 1000
-    engine_ms = (time.perf_counter() - started) * 1000 - model_ms
+    model_ms, relock_ms = unlocked.seconds * 1000, unlocked.waited * 1000
+    engine_ms = (time.perf_counter() - started) * 1000 - model_ms - relock_ms
+    wait_ms = (started - queued) * 1000 + relock_ms
     return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
-            "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2), "wait_ms": round(wait_ms, 2)},
+            "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2),
+                       "wait_ms": round(wait_ms, 2)},
             "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,
                       "total_tokens": seen["tokens"] + completion_tokens}}
 

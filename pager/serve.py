@@ -329,8 +329,9 @@ class Server:
         if not self._models_ready:
             await self.engine.run(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
-        task = asyncio.ensure_future(self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
-                                                     tenant=tenant, name=req.session))
+        turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
+                               tenant=tenant, name=req.session)
+        task = asyncio.ensure_future(turn)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         if req.stream:
