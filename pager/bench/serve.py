@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -229,8 +230,12 @@ def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int =
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
-    problems = check(home, clients, shared, turns, alone_turns, earlier)
-    ref, ref_turn = reference(home, clients, alone_turns)
+    try:
+        problems = check(home, clients, shared, turns, alone_turns, earlier)
+        ref, ref_turn = reference(home, clients, alone_turns)
+    finally:
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
     ref_p50, ref_p95 = ref["latency_ms"]["p50"], ref["latency_ms"]["p95"]
     report = {
         "clients": clients, "shared": shared, "turns": turns, "model": "offline", "earlier_turns": earlier,
