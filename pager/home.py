@@ -257,7 +257,7 @@ class Home:
         return snapshot
 
     # -- the one write path ------------------------------------------------------------------------------
-    def accept(self, groups: dict, origin: str = "input") -> dict:
+    def accept(self, groups: dict, origin: str = "input") -> "Accepted":
         """Accept messages for one or more sessions ({Session: [message, …]}) as one transaction: every
         message of every session durable in one journal frame, or none. Returns {Session: [Turn, …]},
         one turn per message (a message whose key the session already holds gets that turn back)."""
@@ -293,7 +293,7 @@ class Home:
             for s in order:
                 s.take_accepted(plans[s][0], origin)
             self.maybe_flush()
-        return {s: plans[s][1] for s in order}
+        return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
 
     def journal_op(self, session, op: dict) -> None:
         """Make one non-turn op (a bookmark, a pin) durable for a session."""
@@ -457,6 +457,14 @@ class Home:
             # keep the journal: whatever was accepted is replayed by the next process
             self.journal.close(remove=False)
             self._closed = True
+
+
+class Accepted(dict):
+    """Home.accept's answer: {Session: [Turn, …]}, and in `new` how many of each were new."""
+
+    def __init__(self, turns: dict, new: dict) -> None:
+        super().__init__(turns)
+        self.new = new
 
 
 def _read_counts_path(path: Path) -> tuple[int, int, bool] | None:
