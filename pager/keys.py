@@ -11,6 +11,7 @@ renamed over the old one, so a reader sees the old set or the new one, never hal
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -18,8 +19,10 @@ import os
 import re
 import secrets
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .errors import InputError
 
@@ -98,26 +101,38 @@ class KeyRing:
         if not TENANT.match(tenant or ""):
             raise InputError(f"tenant {tenant!r} is not a valid name; use 1-64 letters, digits, '_', '.', '@' or '-', "
                              "starting with a letter or digit")
-        self._reload()
-        key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
-        record = KeyRecord(key_id, tenant, salt, _digest(salt, secret), time.time())
-        self._write({**self._records, key_id: record})
+        with self._writing():
+            key_id, secret, salt = secrets.token_hex(6), secrets.token_urlsafe(32), secrets.token_hex(16)
+            record = KeyRecord(key_id, tenant, salt, _digest(salt, secret), time.time())
+            self._write({**self._records, key_id: record})
         return record, f"pgr_{key_id}_{secret}"
 
     def revoke(self, key_id: str) -> KeyRecord:
-        self._reload()
         key_id = key_id.strip()
         match = _KEY.match(key_id)
         key_id = match.group(1) if match else key_id  # the whole key works as well as its id
-        if key_id not in self._records:
-            raise InputError(f"no key with id {key_id!r}; `pager keys list` shows the ids")
-        records = dict(self._records)
-        record = records.pop(key_id)
-        self._write(records)
+        with self._writing():
+            if key_id not in self._records:
+                raise InputError(f"no key with id {key_id!r}; `pager keys list` shows the ids")
+            records = dict(self._records)
+            record = records.pop(key_id)
+            self._write(records)
         return record
 
-    def _write(self, records: dict[str, KeyRecord]) -> None:
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One writer at a time (two `pager keys create` at once both keep their key), on the latest file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._stamp = None
+            self._reload()
+            yield
+        finally:
+            os.close(fd)
+
+    def _write(self, records: dict[str, KeyRecord]) -> None:
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:

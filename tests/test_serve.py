@@ -495,3 +495,18 @@ def test_a_slow_streamed_turn_keeps_the_stream_alive_and_ends_in_the_error_shape
     assert lines[0].startswith("data: ") and '"role": "assistant"' in lines[0]
     assert ": waiting for the model" in lines
     assert json.loads(lines[-1][len("data: "):])["error"]["code"] == "model_timeout"
+
+
+def test_keys_created_at_once_are_all_kept(tmp_path):
+    made: list[str] = []
+
+    def create(i: int) -> None:
+        made.append(KeyRing(tmp_path).create(f"t{i}")[1])
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ring = KeyRing(tmp_path)
+    assert len(ring.records()) == 8 and all(ring.verify(key) for key in made)
