@@ -510,3 +510,39 @@ def test_keys_created_at_once_are_all_kept(tmp_path):
         t.join()
     ring = KeyRing(tmp_path)
     assert len(ring.records()) == 8 and all(ring.verify(key) for key in made)
+
+
+def test_the_event_loop_stays_free_while_the_engine_works_and_other_sessions_proceed_during_a_model_call(open_server):
+    from pager.llm import register
+
+    engine = open_server.server.engine
+    with engine.lock:   # as if a long LanceDB write held the engine: the loop still answers
+        with open_server.http() as http:
+            assert http.get("/healthz", timeout=10).status_code == 200
+    release, called = threading.Event(), threading.Event()
+
+    def thinking(messages, tools):
+        called.set()
+        release.wait(30)
+        return {"content": "done thinking"}
+
+    register("thinking", thinking)
+    results: dict = {}
+
+    def slow_turn():
+        with open_server.http() as http:
+            results["slow"] = http.post("/v1/chat/completions", json={"model": "pager/thinking", "user": "thinker",
+                                        "messages": [{"role": "user", "content": "think hard"}]})
+
+    worker = threading.Thread(target=slow_turn)
+    worker.start()
+    try:
+        assert called.wait(30)
+        # the model holds its session's lock but not the engine: another session's turn completes meanwhile
+        reply = open_server.openai().chat.completions.create(model="offline", user="not-waiting",
+                                                             messages=[{"role": "user", "content": "quick one"}])
+        assert reply.choices[0].message.content and not release.is_set()
+    finally:
+        release.set()
+        worker.join(30)
+    assert results["slow"].json()["choices"][0]["message"]["content"] == "done thinking"
