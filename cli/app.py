@@ -497,6 +497,30 @@ def bench_scale(
     Console().print_json(json.dumps(report))
 
 
+@bench_app.command("serve")
+@handles_errors
+def bench_serve(
+    clients: int = typer.Option(32, "--clients", help="clients with a session each"),
+    shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
+    turns: int = typer.Option(50, "--turns", help="chat calls per client"),
+    alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
+    earlier: int = typer.Option(0, "--earlier", help="turns written to each session before the run (about 2 per page)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
+) -> None:
+    """Load on `pager serve` over loopback (offline model): nothing lost or duplicated, order kept, latency."""
+    from rich.console import Console
+
+    from pager.bench import serve
+
+    report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+    Console().print_json(json.dumps(report))
+    if report["problems"] or report["load"]["failed"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("trace")
 @handles_errors
 def bench_trace(
@@ -520,6 +544,66 @@ def bench_trace(
                       f"LoCoMo {conversation}: {len(conv.messages)} turns ingested, {len(asked)} questions asked to "
                       "the offline memory shell (no LLM)")
     typer.echo(f"wrote {out}: {len(asked)} questions, {counters['faults']} faults, {counters['evictions']} evictions")
+
+
+@command()
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind; anything but loopback needs a key (`pager keys create`)"),
+    port: int = typer.Option(8765, "--port", help="TCP port"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="litellm model listed by /v1/models (or $PAGER_MODEL); clients pick per request, 'offline' always works"),
+    budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
+    max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
+    max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
+) -> None:
+    """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
+    from pager.serve import Limits, serve as run
+
+    config = load_config(ctx, model=model, budget=budget)
+    typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout))
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+@handles_errors
+def keys_create(ctx: typer.Context, tenant: str = typer.Option(..., "--tenant", "-t", help="the tenant the key reaches")) -> None:
+    """Make a key for a tenant; it is printed once and only its hash is kept."""
+    from pager.keys import KeyRing
+
+    record, key = KeyRing(load_config(ctx).home).create(tenant)
+    typer.echo(key)
+    typer.echo(f"key {record.id} for tenant {record.tenant!r}: shown only now, keep it secret", err=True)
+
+
+@keys_app.command("list")
+@handles_errors
+def keys_list(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="one JSON array")) -> None:
+    """The keys: id, tenant and creation time (never the key)."""
+    from pager.keys import KeyRing
+
+    rows = [r.public() for r in KeyRing(load_config(ctx).home).records()]
+    if json_out:
+        typer.echo(json.dumps(rows))
+        return
+    for r in rows:
+        typer.echo(f"{r['id']}  {r['tenant']}  {r['created']}")
+    if not rows:
+        typer.echo("no keys: `pager serve` answers on loopback only; `pager keys create --tenant NAME` makes one", err=True)
+
+
+@keys_app.command("revoke")
+@handles_errors
+def keys_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="the id `pager keys list` shows")) -> None:
+    """Revoke a key; a running server refuses it from its next request."""
+    from pager.keys import KeyRing
+
+    record = KeyRing(load_config(ctx).home).revoke(key_id)
+    typer.echo(f"revoked key {record.id} of tenant {record.tenant!r}")
 
 
 def main() -> None:
