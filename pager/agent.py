@@ -16,7 +16,7 @@ from typing import Callable
 from pager.prompts import load
 from pager.tools import MODEL, Dispatcher
 
-from .context import MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens
+from .context import MAP_FLOOR, MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens, size_frames
 from .errors import BudgetError, ModelError
 from .llm import ContextOverflow
 from .model import Model
@@ -37,10 +37,13 @@ class Reply:
 # no frame for a page, so the agent steps down: a short prompt with compact schemas (no argument
 # descriptions), then the short prompt and no tools at all (automatic paging alone brings pages in).
 # Each tier needs room for its fixed regions, a memory map, its pages, a message and, with tools,
-# one tool exchange; the smallest budget that works is the last tier's need with one page.
+# one tool exchange. A budget that holds the open tail alone replies but can never answer from
+# memory, so the bare tier needs two pages (the tail and one to answer from); a tier with tools has
+# that second frame in its exchange room until the exchange is made. The smallest budget that
+# works is the last tier's need.
 MESSAGE_ROOM = 64     # tokens a tier keeps for the user's message
 EXCHANGE_ROOM = 256   # tokens a tier with tools keeps for one call and its result (a search of 3 pages)
-TIERS = (("full", "system", 2), ("compact", "system_compact", 1), ("bare", "system_compact", 1))
+TIERS = (("full", "system", 2), ("compact", "system_compact", 1), ("bare", "system_compact", 2))
 
 
 def _compact(schemas: list[dict]) -> list[dict]:
@@ -68,7 +71,7 @@ def _fixed(session: Session, prefix: str, tools: list[dict]) -> int:
 
 
 def _map_floor(session: Session) -> int:
-    return min(session.home.config.map_reserve, 48)
+    return min(session.home.config.map_reserve, MAP_FLOOR)
 
 
 def _need(session: Session, tier: tuple[str, str, int], dispatcher: Dispatcher) -> tuple[int, str, list[dict]]:
@@ -91,8 +94,8 @@ def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int) -> tupl
         need, prefix, tools = _need(session, tier, dispatcher)
         if budget >= need:
             return tier[0], prefix, tools
-    raise BudgetError(f"a budget of {budget:,} tokens cannot hold a prompt, a page of {session.page_tokens} and a "
-                      f"message; raise --budget to at least {need:,}")
+    raise BudgetError(f"a budget of {budget:,} tokens cannot hold a prompt, the open page and one page of memory "
+                      f"of {session.page_tokens} tokens and a message; raise --budget to at least {need:,}")
 
 
 class Agent:
@@ -174,15 +177,27 @@ class Agent:
         (their pages stay resident, their results stay in the trace) rather than fail."""
         s = self.session
         while True:
+            cut = next((i for i, m in enumerate(scratch[1:], 1) if m["role"] == "assistant"), None)
+            scratch_tokens = self.tool_tokens + message_tokens(s, scratch)
+            if cut is not None and size_frames(s, text, self.prefix, scratch_tokens, budget)[0] < self._held(s):
+                # an older exchange gives way before a page this message is using (its result is
+                # in the trace; what it paged in stays resident)
+                s.emit("scratch_trimmed", step=step, dropped=cut)
+                del scratch[:cut]
+                continue
             try:
-                return build(s, text, self.prefix, self.tool_tokens + message_tokens(s, scratch), budget,
-                             autopage=step == 1, hide_turn=hide)
+                return build(s, text, self.prefix, scratch_tokens, budget, autopage=step == 1, hide_turn=hide)
             except BudgetError:
-                cut = next((i for i, m in enumerate(scratch[1:], 1) if m["role"] == "assistant"), None)
                 if cut is None:
                     raise
                 s.emit("scratch_trimmed", step=step, dropped=cut)
                 del scratch[:cut]
+
+    @staticmethod
+    def _held(s: Session) -> int:
+        """Frames holding what this message uses: the open tail, pinned pages, pages it referenced."""
+        return sum(1 for n in s.frames.slots
+                   if n is not None and (n == s.tail_n or n in s.in_use or s.table[n].pinned))
 
     def _check_fits(self, text: str) -> None:
         """Refuse, before accepting it, a message the prompt could never hold with even one page."""

@@ -30,8 +30,9 @@ ENV = {
 }
 
 
-# Tokens a chat needs besides one page: the short system prompt, a memory map and a message
-# (pager.agent.minimum_budget computes it from the prompt files; a test holds the two equal).
+# Tokens a chat needs besides its two pages (the open tail and one page of memory to answer from):
+# the short system prompt, a memory map and a message (pager.agent.minimum_budget computes it from
+# the prompt files; a test holds the two equal).
 CHAT_FLOOR = 178
 
 
@@ -67,10 +68,11 @@ class Config:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
         if self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        if self.budget < self.page_tokens + CHAT_FLOOR:
+        if self.budget < 2 * self.page_tokens + CHAT_FLOOR:
             raise ConfigError(
-                f"budget {self.budget} cannot hold a prompt, a memory map, one page of {self.page_tokens} tokens "
-                f"and a message; raise --budget to at least {self.page_tokens + CHAT_FLOOR}"
+                f"budget {self.budget} cannot hold a prompt, a memory map, the open page and one page of memory "
+                f"({self.page_tokens} tokens each) and a message; raise --budget to at least "
+                f"{2 * self.page_tokens + CHAT_FLOOR}"
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")

@@ -67,6 +67,32 @@ def message_tokens(session: Session, messages: list[dict]) -> int:
     return total
 
 
+MAP_FLOOR = 48   # the least of the memory map kept when a small budget gives the map's room to a second frame
+
+
+def size_frames(session: Session, message: str = "", prefix: str = "", scratch_tokens: int = 0,
+                budget: int | None = None, chat: bool = True) -> tuple[int, int, int]:
+    """(frames, memory-map reserve, tokens before memory) for a budget, without touching the session.
+
+    The map gives up its room, down to MAP_FLOOR, so that a small budget holds a page besides the
+    open tail: with the tail alone in view nothing could be answered from memory."""
+    cfg = session.home.config
+    budget = budget or cfg.budget
+    count = session.tokenizer.count
+    fixed = 0
+    if chat:
+        fixed = (count(prefix) + count(SEPARATOR) if prefix else 0) + MESSAGE_OVERHEAD + REPLY_PRIMING
+        fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
+    memory_budget = budget - fixed
+    floor = min(cfg.map_reserve, MAP_FLOOR)
+    two_frames = memory_budget - 2 * session.page_tokens
+    if two_frames >= floor:
+        map_reserve = min(cfg.map_reserve, two_frames)
+    else:
+        map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
+    return (memory_budget - map_reserve) // session.page_tokens, map_reserve, fixed
+
+
 def build(session: Session, message: str = "", prefix: str = "", scratch_tokens: int = 0, budget: int | None = None,
           autopage: bool = True, chat: bool = True, hide_turn: int = 0) -> Context:
     """Size the frames, page in what the message needs, and assemble the context.
@@ -76,13 +102,8 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     cfg = session.home.config
     budget = budget or cfg.budget
     count = session.tokenizer.count
-    fixed = 0
-    if chat:
-        fixed = (count(prefix) + count(SEPARATOR) if prefix else 0) + MESSAGE_OVERHEAD + REPLY_PRIMING
-        fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
+    frames, map_reserve, fixed = size_frames(session, message, prefix, scratch_tokens, budget, chat)
     memory_budget = budget - fixed
-    map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
-    frames = (memory_budget - map_reserve) // session.page_tokens
     if frames < 1:
         raise BudgetError(
             f"the prompt needs {fixed:,} tokens before memory (message of {count(message):,}), leaving "

@@ -21,6 +21,7 @@ BACK_REFERENCE = re.compile(
 )
 _BLOCK = re.compile(r"^\[(p\d+)(?: · ([^·\]]+))?[^\]]*\]\n((?:(?!\n\[p\d+).)*)", re.S | re.M)
 _RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
+_RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)[^\n]*?\): ([^\n]*)$", re.M)
 
 
 class OfflineShell:
@@ -33,10 +34,9 @@ class OfflineShell:
         if not exchanges and BACK_REFERENCE.search(question) and "search" in names:
             return _call("search", {"query": question, "k": 3}, 1)
         if len(exchanges) == 1 and exchanges[0][0] == "search" and "page_in" in names:
-            found = _RESULT.findall(exchanges[0][1])
-            on_disk = [pid for pid, where in found[:2] if where == "on disk"]
-            if on_disk:
-                return _call("page_in", {"page": on_disk[0]}, 2)
+            wanted = _worth_reading(exchanges[0][1], question)
+            if wanted:
+                return _call("page_in", {"page": wanted}, 2)
         if not exchanges and not BACK_REFERENCE.search(question):
             return {"content": "Noted — it's in memory. (offline memory shell: no LLM configured; "
                                "set --model or PAGER_MODEL for real answers)"}
@@ -70,6 +70,19 @@ class OfflineShell:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
         return text[0].upper() + text[1:]
+
+
+def _worth_reading(result: str, question: str) -> str:
+    """The page to page in after a search, or "" when none is worth a frame: the best of the first
+    two results that is not an echo (the question asked before, a reply quoting a page), and only
+    when it is on disk: if the best is already resident, the answer is in view."""
+    asked = terms(question)
+    for pid, where, snippet in _RESULT_LINE.findall(result)[:2]:
+        kind = piece_kind(snippet)
+        if kind == QUOTE or (kind == QUESTION and echoes(terms(snippet), asked, _speaker_terms(snippet))):
+            continue
+        return pid if where == "on disk" else ""
+    return ""
 
 
 def _speaker_terms(line: str) -> set[str]:

@@ -99,12 +99,14 @@ def piece_kind(text: str) -> int:
 
 def echoes(words, query_words, names=frozenset()) -> bool:
     """Does a question with these terms say little beyond the query (names of speakers aside)?
-    Terms compare by their first six letters, so "allergic" echoes "allergy"."""
+    A paraphrase one word apart echoes too: "Does anyone have a peanut allergy?" echoes
+    "Who is allergic to peanuts?". Terms compare by their first six letters, so "allergic"
+    echoes "allergy"."""
     own, wanted = {w[:6] for w in set(words) - names}, {w[:6] for w in set(query_words) - names}
     if not own or not wanted:
         return False
     shared = len(own & wanted)
-    return shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)
+    return (shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)) or (shared >= 2 and len(own ^ wanted) <= 1)
 
 
 @dataclass
@@ -268,15 +270,17 @@ class Index:
             words = terms(text)
             piece = self.bm25.add(words + self._last_terms)
             self.piece_terms.append(tuple(words))
-            self._last_terms = words
+            kind = piece_kind(text)
+            if self.piece_kind and self.piece_kind[-1] == QUOTE and text.split(": ", 1)[0].endswith("(cont.)"):
+                kind = QUOTE    # the rest of a long quoting reply, continued from the page before
+            # the next piece is read with this one's terms (an answer with its question), unless this one
+            # is a reply quoting another page: its words belong to that page, not to what follows
+            self._last_terms = words if kind != QUOTE else []
             speaker = (page.piece_speaker(i) if page.lines else "").lower()
             self.piece_page.append(page.n)
             self.piece_speaker.append(self.speaker_ids.setdefault(speaker, len(self.speaker_ids)))
             self.piece_ts.append(page.ts_first)
             self.piece_importance.append(page.importance)
-            kind = piece_kind(text)
-            if self.piece_kind and self.piece_kind[-1] == QUOTE and text.split(": ", 1)[0].endswith("(cont.)"):
-                kind = QUOTE    # the rest of a long quoting reply, continued from the page before
             self.piece_kind.append(kind)
             self.speakers.add(speaker)
             self.vocabulary.add(text)

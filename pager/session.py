@@ -293,8 +293,9 @@ class Session:
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
     def _seal(self, page: Page) -> None:
-        keywords = tuple(bm.extract(page.text))
-        page = replace(page, keywords=keywords, importance=_importance(page.text, keywords))
+        own = _own_text(page)
+        keywords = tuple(bm.extract(own))
+        page = replace(page, keywords=keywords, importance=_importance(own, keywords))
         self.pages[page.n] = page
         self._unembedded.append(page)
         self.directory.add(keywords, [page.n])
@@ -419,8 +420,10 @@ class Session:
         self.counters["evictions"] += 1
         self.emit("evict", page=entry.id, frame=frame, reason=reason, policy=self.policy.name)
         if not self.directory.keywords(entry.n) and entry.n in self.pages:
-            words = bm.extract(self.pages[entry.n].text) or self.pages[entry.n].text.split(": ", 1)[-1].split()[:3]
-            self._bookmark(tuple(words), (entry.n,), "", "auto")
+            own = _own_text(self.pages[entry.n])
+            words = bm.extract(own) or own.split(": ", 1)[-1].split()[:3]
+            if words:
+                self._bookmark(tuple(words), (entry.n,), "", "auto")
 
     def page_out(self, n: int) -> None:
         entry = self.table[n]
@@ -614,6 +617,17 @@ class Session:
 
 def _turn_record(t: Turn) -> dict:
     return {"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date, "ts": t.ts, "ref": t.ref}
+
+
+def _own_text(page: Page) -> str:
+    """The page's text without the offline shell's replies (its quotes of other pages, its canned
+    notes): those would give the page the quoted page's keywords, or the shell's own words."""
+    text = page.text
+    for i in reversed(range(len(page.lines))):
+        if piece_kind(page.piece_text(i)) == QUOTE:
+            start, end = page.lines[i]
+            text = text[:start] + text[end:]
+    return text
 
 
 def _importance(text: str, keywords: tuple[str, ...]) -> float:

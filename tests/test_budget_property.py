@@ -2,7 +2,7 @@
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pager.config import Config
+from pager.config import CHAT_FLOOR, Config
 from pager.context import build
 from pager.embed import HashEmbedder
 from pager.home import Home
@@ -25,6 +25,7 @@ words = st.text(alphabet=alphabet, min_size=1, max_size=300).filter(lambda t: t.
     encoding=st.sampled_from(["cl100k_base", "o200k_base"]),
 )
 def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budget, policy, questions, chat, encoding):
+    budget = max(budget, 2 * page_tokens + CHAT_FLOOR)   # the smallest a Config accepts for these pages
     cfg = Config(home=tmp_path_factory.mktemp("h"), budget=budget, page_tokens=page_tokens, policy=policy,
                  embedder="hash", tokenizer=encoding)
     home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
