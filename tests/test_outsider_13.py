@@ -106,3 +106,42 @@ def test_the_shells_own_replies_are_not_a_pages_bookmarks(maya, tmp_path):
             words = {w.lower() for w in page.keywords}
             assert not words & {"llm", "pager_model", "noted", "configured", "offline", "answers"}, page.keywords
             assert not words & {"epipen", "sam okafor", "20 march 2025", "booking"}, page.keywords
+
+
+def test_context_never_overruns_the_callers_budget(maya, tmp_path):
+    """`m.context(q, budget=50)` clamped to 256 and returned 176 tokens: a budget too small is refused,
+    naming the smallest that works; any other budget holds, by tiktoken's count."""
+    import tiktoken
+
+    from pager.config import Config
+    from pager.errors import ToolError
+    from pager.tools import Toolkit
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    enc = tiktoken.get_encoding("cl100k_base")
+    with Toolkit(config=Config(home=home, session="maya", embedder="hash", tokenizer="cl100k_base")) as m:
+        smallest = 2 * 128 + 48
+        for budget in (1, 50, 100, 200, smallest - 1):
+            with pytest.raises(ToolError, match=f"budget={smallest} or more"):
+                m.context("Who is allergic to peanuts?", budget=budget)
+            text = m.call("context", {"query": "Who is allergic to peanuts?", "budget": budget})
+            assert f"budget={smallest} or more" in text
+        for budget in (smallest, 350, 500, 1000, 4096):
+            block = m.context("Who is allergic to peanuts?", budget=budget)
+            assert len(enc.encode(block)) <= budget, budget
+        assert PEANUTS in m.context("Who is allergic to peanuts?", budget=smallest)   # and it is useful
+
+
+def test_search_with_k_below_one_is_refused_in_words(maya, tmp_path):
+    from pager.config import Config
+    from pager.errors import ToolError
+    from pager.tools import Toolkit
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    with Toolkit(config=Config(home=home, session="maya", embedder="hash")) as m:
+        for k in (0, -1):
+            with pytest.raises(ToolError, match="k of 1 or more"):
+                m.search("peanut allergy", k=k)
+        assert "p5" in m.search("peanut allergy", k=1)

@@ -33,7 +33,9 @@ def search(session: Session, query: str, k: int = 5) -> str:
         query: words, names, numbers or dates to look for
         k: how many pages to return (1-20)
     """
-    k = max(1, min(k, 20))
+    if k < 1:
+        raise Mistake(f"search needs k of 1 or more (it was {k}); k is how many pages to return, up to 20")
+    k = min(k, 20)
     hits = session.search(query, k=k)
     if not hits:
         return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
@@ -154,12 +156,15 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
 
     Args:
         query: what the next step is about (pages it needs are paged in first); may be empty
-        budget: the most tokens the block may take (256-200000)
+        budget: the most tokens the block may take (room for a memory map and two pages at least; at most 200000)
     """
-    from pager.context import build
+    from pager.context import MAP_FLOOR, build
 
-    budget = max(256, min(budget, 200_000))
-    ctx = build(session, message=query, budget=budget, chat=False)
+    smallest = 2 * session.page_tokens + MAP_FLOOR   # a map, the open page and one page of memory
+    if budget < smallest:
+        raise Mistake(f"a budget of {budget} tokens cannot hold a memory map, the open page and one page of "
+                      f"{session.page_tokens} tokens; give budget={smallest} or more")
+    ctx = build(session, message=query, budget=min(budget, 200_000), chat=False)
     return ctx.memory
 
 
