@@ -137,6 +137,4 @@ def _replay(console: Console) -> None:
     run = rp.replay(trace, check=True)
     verdict = "[green]reproduced exactly[/]" if run.divergence is None else f"[red]{run.divergence.describe()}[/]"
     console.print(f"  {len(run.recorded)} recorded events {verdict}")
-    start, _ = rp.load(trace)
-    console.print(rp.policy_table([run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")],
-                                  start["policy"], trace))
+    console.print(rp.policy_table([run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")], trace))

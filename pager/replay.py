@@ -400,12 +400,36 @@ def opt_faults(references: list[tuple], frames: int, resident: Iterable[int] = (
     return faults
 
 
-def policy_table(runs: list[Run], recorded_policy: str, path: Path):
-    """Faults, evictions, hit rate and changed contexts per policy, each against OPT."""
+def recorded_policies(path: Path) -> tuple[list[str], list[str]]:
+    """(every policy the recorded run used, in order; those in force while it called the model).
+    A chat can switch with `/policy`: the policy the session started with is then not the one its
+    questions were answered under."""
+    start, events = load(path)
+    used = [start["policy"]]
+    asked: list[str] = []
+    for e in events:
+        if e.get("seq", 0) <= start.get("seq", 0):
+            continue
+        now = e.get("policy") if e["kind"] == "policy" else None
+        if now and now != used[-1]:
+            used.append(now)
+        if e["kind"] == "model_request" and used[-1] not in asked:
+            asked.append(used[-1])
+    return used, asked or used[-1:]
+
+
+def policy_table(runs: list[Run], path: Path):
+    """Faults, evictions, hit rate and changed contexts per policy, each against OPT. The recorded
+    policy (the one in force while the run called the model; several if it switched) is starred."""
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(f"{Path(path).name}: replay under each policy (* recorded)"), title_justify="left",
+    used, starred = recorded_policies(path)
+    title = f"{Path(path).name}: replay under each policy (* recorded)"
+    if len(used) > 1:
+        title = (f"{Path(path).name}: replay under each policy (* in force when recorded: the run switched "
+                 f"{' → '.join(used)}" + (", so no single policy reproduces it)" if len(starred) > 1 else ")"))
+    table = Table(title=Text(title), title_justify="left",
                   caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
                           "policy would not fault at all", caption_justify="left")
     for name in ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT"):
@@ -413,7 +437,7 @@ def policy_table(runs: list[Run], recorded_policy: str, path: Path):
     best = min(r.faults for r in runs)
     for run in runs:
         opt = run.opt()
-        table.add_row(run.policy + ("*" if run.policy == recorded_policy else ""), str(run.faults),
+        table.add_row(run.policy + ("*" if run.policy in starred else ""), str(run.faults),
                       str(run.count("evict")), f"{run.hit_rate:.1%}", f"{run.changed_contexts}/{len(run.digests)}",
                       str(opt), f"{run.faults / opt:.3f}" if opt else "–", style="bold" if run.faults == best else None)
     return table

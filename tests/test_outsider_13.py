@@ -145,3 +145,22 @@ def test_search_with_k_below_one_is_refused_in_words(maya, tmp_path):
             with pytest.raises(ToolError, match="k of 1 or more"):
                 m.search("peanut allergy", k=k)
         assert "p5" in m.search("peanut allergy", k=1)
+
+
+def test_replay_all_stars_the_policy_in_force_when_recorded(maya, tmp_path):
+    """A chat that switched with `/policy lru` before its questions is reproduced by the lru row; the
+    star used to sit on clock, the policy the session started with."""
+    from pager import replay as rp
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    chat(home, ["/policy bogus", "/pin p9999", "/policy lru", *QUESTIONS, "What about Lisbon?"], "--budget", "2048")
+    trace = next((home / "traces").glob("maya-chat-*.jsonl"))
+    result = runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--policy", "all"], env=ENV)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ ")
+            and line.split()[1].rstrip("*") in ("clock", "lru", "lfu", "scored")}
+    assert "lru*" in rows and "clock*" not in rows, result.output
+    assert "switched clock → lru" in " ".join(result.output.split()), result.output
+    lru = rp.replay(trace, policy="lru")
+    assert lru.changed_contexts == 0   # the starred row is the one that reproduces the recording
