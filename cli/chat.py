@@ -16,7 +16,7 @@ from rich.text import Text
 
 from pager import views
 from pager.agent import Agent
-from pager.config import Config
+from pager.config import POLICIES, Config
 from pager.errors import PagerError
 from pager.home import Home
 from pager.llm import OFFLINE, LiteLLMModel, preload
@@ -224,9 +224,15 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
         elif name == "/stats":
             console.print(stats_line(session, printer))
         elif name == "/policy":
+            if not arg:   # replay does the same with it: nothing
+                console.print(f"policy {session.policy.name}; /policy NAME switches to one of {', '.join(POLICIES)}")
+                return None
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")
         elif name in ("/pin", "/unpin"):
+            if not arg:
+                console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")
+                return None
             n = session.resolve(arg)
             session.pin(n) if name == "/pin" else session.unpin(n)
             console.print(f"{name[1:]}ned p{n}")

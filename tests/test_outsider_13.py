@@ -164,3 +164,13 @@ def test_replay_all_stars_the_policy_in_force_when_recorded(maya, tmp_path):
     assert "switched clock → lru" in " ".join(result.output.split()), result.output
     lru = rp.replay(trace, policy="lru")
     assert lru.changed_contexts == 0   # the starred row is the one that reproduces the recording
+
+
+def test_bare_policy_and_pin_commands_say_what_to_give(tmp_path):
+    out = " ".join(chat(tmp_path, ["/policy", "/pin", "/unpin", "/policy lru", "/policy"], session="s").split())
+    assert "policy clock; /policy NAME switches to one of clock, lru, lfu, scored" in out, out
+    assert "usage: /pin PAGE" in out and "usage: /unpin PAGE" in out and "unknown policy ''" not in out
+    assert "policy lru; /policy NAME" in out
+    assert "page '' does not exist" not in out
+    trace = next((tmp_path / "traces").glob("s-*.jsonl"))
+    assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"]).exit_code == 0
