@@ -37,3 +37,7 @@ class StoreError(PagerError):
 
 class ModelError(PagerError):
     """The model provider failed in a way retries did not fix."""
+
+
+class LeaseHeld(PagerError):
+    """Another host holds the write lease of a session (pager.lease)."""

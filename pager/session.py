@@ -331,6 +331,12 @@ class Session:
         self._embed_pending()
         self.generation = generation
 
+    def catch_up(self) -> None:
+        """Take in what another home flushed to the store (this home just took the session's lease)."""
+        self.home.store.refresh()
+        self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
+        self._embed_pending()
+
     def adopt(self, ops: list[dict]) -> int:
         """A dead process's journal ops for this session (recovery): its turns, bookmarks and pins are
         ours to write to the store now. Returns the turns it held."""

@@ -24,7 +24,13 @@ from .bookmarks import Bookmark
 from .errors import StoreError
 from .page import Page, Turn
 
-SCHEMA_VERSION = 2  # 2: turns carry an idempotency key
+SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts)
+LEASE_SLOTS = 256     # rows of the leases table; a session's lease lives in the row its name hashes to
+
+
+def is_local(uri: str) -> bool:
+    """Whether a store URI is a folder on this machine (not s3://, gs://, az://, memory://)."""
+    return "://" not in uri or uri.startswith("file://")
 
 
 @dataclass
@@ -154,7 +160,7 @@ class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
-                 notify=None) -> None:
+                 notify=None, storage_options: dict[str, str] | None = None) -> None:
         import lancedb
 
         self.uri = uri
@@ -163,16 +169,24 @@ class LanceStore:
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
         try:
-            kwargs = {}
+            kwargs: dict = {"storage_options": storage_options} if storage_options else {}
             if read_consistency_s is not None:
                 from datetime import timedelta
 
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {exc}; check --db / PAGER_DB") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
+                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
         self._tables: dict = {}
-        self._open_or_create()
+        try:
+            self._open_or_create()
+        except StoreError:
+            raise
+        except (OSError, RuntimeError, ValueError) as exc:
+            # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
+                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -207,6 +221,10 @@ class LanceStore:
                 except (OSError, ValueError, RuntimeError):
                     # another process created it first
                     self._tables[name] = self._open(name)
+        if "leases" in existing:
+            self._tables["leases"] = self._open("leases")
+        elif fresh and not self.read_only:
+            self._create_leases()
         if "meta" in self._tables:
             self._check(fresh)
 
@@ -443,17 +461,91 @@ class LanceStore:
                 pass  # another process is indexing; optimize() keeps an existing index current
 
     def stats(self) -> dict:
+        """Files and bytes on a local disk (every file, manifests included); on an object store, the
+        data fragments and bytes LanceDB reports."""
         files = versions = size = 0
         for table in self._tables.values():
             versions += len(table.list_versions())
-        if "://" not in self.uri:
+            if not is_local(self.uri):
+                stats = table.stats()
+                files += stats["fragment_stats"]["num_fragments"]
+                size += stats["total_bytes"]
+        if is_local(self.uri):
             from pathlib import Path
 
-            for path in Path(self.uri).rglob("*"):
+            for path in Path(self.uri.removeprefix("file://")).rglob("*"):
                 if path.is_file():
                     files += 1
                     size += path.stat().st_size
         return {"files": files, "versions": versions, "bytes": size}
+
+    # -- leases: one writer per session across hosts (pager.lease decides; this is the storage) ----------
+    def _create_leases(self) -> None:
+        """The leases table is born with all its rows, in one commit: a lease is then always an update
+        of an existing row, which LanceDB's commit conflict check makes a compare-and-swap."""
+        import pyarrow as pa
+
+        schema = pa.schema([("slot", pa.int64()), ("rev", pa.int64()), ("body", pa.string())])
+        rows = pa.Table.from_pylist([{"slot": n, "rev": 0, "body": "{}"} for n in range(LEASE_SLOTS)], schema=schema)
+        try:
+            self._tables["leases"] = self.db.create_table("leases", data=rows)
+        except (OSError, ValueError, RuntimeError):
+            self._tables["leases"] = self._open("leases")  # another process created it first
+
+    @staticmethod
+    def _lease_slot(user: str, session: str) -> int:
+        import hashlib
+
+        return int.from_bytes(hashlib.sha256(f"{user}\x00{session}".encode()).digest()[:4], "big") % LEASE_SLOTS
+
+    def _lease_row(self, slot: int) -> tuple[int, dict]:
+        from lancedb.expr import col, lit
+
+        table = self._tables["leases"]
+        table.checkout_latest()
+        rows = table.search().where(col("slot") == lit(slot)).limit(1).to_list()
+        return (rows[0]["rev"], json.loads(rows[0]["body"])) if rows else (0, {})
+
+    def lease(self, user: str, session: str) -> dict | None:
+        """The session's lease entry ({holder, home, expires, seen}) as the store holds it, or None."""
+        if "leases" not in self._tables:
+            return None
+        return self._lease_row(self._lease_slot(user, session))[1].get(f"{user}\x00{session}")
+
+    def swap_lease(self, user: str, session: str, change) -> dict | None:
+        """Apply change(entry or None) → (new entry or None, result) to the session's lease as one
+        compare-and-swap on its slot's revision, retried until no other writer got in between.
+        Returns the result of the change that was committed."""
+        import pyarrow as pa
+
+        if "leases" not in self._tables:
+            raise StoreError(f"the store at {self.uri} has no leases table; run `pager migrate`")
+        slot, key = self._lease_slot(user, session), f"{user}\x00{session}"
+        last: Exception | None = None
+        table = self._tables["leases"]
+        schema = table.schema
+        for _ in range(50):
+            rev, body = self._lease_row(slot)
+            entry, result = change(body.get(key))
+            if entry == body.get(key):
+                return result  # nothing to write
+            if entry is None:
+                body.pop(key, None)
+            else:
+                body[key] = entry
+            data = pa.Table.from_pylist([{"slot": slot, "rev": rev + 1, "body": json.dumps(body, sort_keys=True)}],
+                                        schema=schema)
+            # rev is an int of ours, not user text: the one filter here that is a string
+            try:
+                done = table.merge_insert("slot").when_matched_update_all(where=f"target.rev = {int(rev)}").execute(data)
+            except (OSError, RuntimeError) as exc:  # a conflict LanceDB's own retries did not settle
+                last = exc
+                time.sleep(0.01)
+                continue
+            if done.num_updated_rows == 1:
+                return result
+        raise StoreError(f"could not update the lease of session {session!r} ({last or 'too many writers at once'}); "
+                         "try again")
 
 
 def _first_line(exc: Exception) -> str:
@@ -478,3 +570,10 @@ def m002_turn_keys(store: LanceStore) -> None:
             table.checkout_latest()
             if "key" not in table.schema.names:  # not another process's migration: a real failure
                 raise
+
+
+@migration
+def m003_leases(store: LanceStore) -> None:
+    """a leases table: one writer per session across hosts sharing the store"""
+    if "leases" not in store._tables:
+        store._create_leases()
