@@ -75,13 +75,17 @@ def s3_server():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    import tempfile
+
+    log = tempfile.TemporaryFile()  # its request log: a pipe nobody reads would fill and stall the server
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         while True:  # wait for the server to answer (the event), not for a duration
             if proc.poll() is not None:
-                pytest.fail(f"the local S3 server exited: {proc.stderr.read().decode()[-500:]}")
+                log.seek(0)
+                pytest.fail(f"the local S3 server exited: {log.read().decode()[-500:]}")
             try:
                 urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=5).read()
                 break
@@ -91,6 +95,7 @@ def s3_server():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
 
 
 _buckets = iter(range(10**6))
