@@ -283,6 +283,24 @@ def check(
 
 
 @command()
+def migrate(ctx: typer.Context) -> None:
+    """Bring the store forward by the named migrations it lacks, one line each (opening a home for
+    writing does the same; commands that only look report what is pending)."""
+    from pager.home import Home
+    from pager.store import MIGRATIONS, SCHEMA_VERSION
+
+    config = load_config(ctx)
+    notes: list[str] = []
+    with Home(config, warn=notes.append) as home:
+        home.store  # opening it for writing applies what is missing
+    for note in notes:
+        typer.echo(note)
+    if not any("was migrated" in note for note in notes):
+        typer.echo(f"the store at {config.db_uri} is up to date: schema v{SCHEMA_VERSION}, "
+                   f"migrations {', '.join(m.__name__ for m in MIGRATIONS)}")
+
+
+@command()
 def replay(
     trace: Path = typer.Argument(..., help="a trace (JSONL) written by pager chat, the toolkit or pager bench trace"),
     check: bool = typer.Option(False, "--check", help="compare with the recording; exit 1 at the first divergence"),

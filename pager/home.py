@@ -153,6 +153,9 @@ class Home:
             else:
                 self._store = LanceStore(uri, self.embedder.dim, read_only=self.read_only, notify=self.warn,
                                          storage_options=self.config.storage_options)
+                if self._store.pending_migrations:
+                    self.warn(f"the store at {uri} lacks migration(s) {', '.join(self._store.pending_migrations)}; "
+                              "run `pager migrate` (a command that only looks does not migrate)")
         return self._store
 
     # -- sessions -------------------------------------------------------------------------------------
