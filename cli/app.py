@@ -423,6 +423,7 @@ def bench_locomo(
 @bench_app.command("scale")
 @handles_errors
 def bench_scale(
+    ctx: typer.Context,
     pages: int = typer.Option(..., "--pages", help="pages in the home, across many sessions and users"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="build the home in this folder and keep it"),
@@ -434,7 +435,7 @@ def bench_scale(
 
     if pages < 1000:
         raise PagerError("--pages must be at least 1000")
-    report = scale.main(pages, json_path, keep)
+    report = scale.main(pages, json_path, keep, (ctx.obj or {}).get("db"))
     Console().print_json(json.dumps(report))
 
 
