@@ -39,6 +39,8 @@ log = logging.getLogger("pager")
 class Leases:
     """The leases this home holds, taken on demand and renewed in the background."""
 
+    POLL_S = 0.1  # how often a waiting writer looks again: a hand-over costs about half of it, plus one read
+
     def __init__(self, store: Callable[[], object], home: str, lease_s: float, wait_s: float,
                  clock: Callable[[], float] = time.time, warn: Callable[[str], None] = log.warning) -> None:
         host = socket.gethostname()
@@ -100,7 +102,7 @@ class Leases:
             left = deadline - self.clock()
             if left <= 0:
                 raise LeaseHeld(self.refusal(session, other))
-            time.sleep(min(left, max(0.05, self.lease_s / 10)))
+            time.sleep(min(left, self.POLL_S))
 
     def refusal(self, session: str, entry: dict) -> str:
         now = self.clock()

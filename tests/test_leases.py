@@ -119,3 +119,29 @@ def test_a_holder_killed_with_sigkill_loses_its_lease_after_the_expiry_and_its_h
         got = texts(a, "s")
     assert got[0] == "host b, after the lease lapsed"
     assert sorted(got[1:]) == sorted(f"acknowledged {i} on host a" for i in range(5))
+
+
+def test_hosts_claiming_one_lease_at_once_have_one_winner(shared):
+    config, _ = shared
+    homes = [Home(config(f"h{i}"), embedder=HashEmbedder()) for i in range(4)]
+    for home in homes:
+        home.store  # connected before the race starts
+    barrier, won, refused = threading.Barrier(len(homes)), [], []
+
+    def claim(home):
+        barrier.wait()
+        try:
+            home.leases.ensure("", "contended", wait=False)
+            won.append(home)
+        except LeaseHeld as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=claim, args=(home,)) for home in homes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 3, (won, refused)
+    assert all(won[0].leases.holder in message for message in refused)
+    for home in homes:
+        home.close()
