@@ -16,6 +16,13 @@ the turns packed onto pages. Pages are sealed from the gapless, durable turn seq
 (Session._take), so every process that packs a session seals the same pages, and the store keeps
 each once. Ownership: this process's journal segment and the sessions' lock files are local;
 what lives in the store is shared. A read-only home (search, inspect, export) writes nothing.
+
+What is local and what is shared, when several hosts use one store (`--db s3://…`): the journal,
+the lock files, the caches and the traces are this home's alone (another host never reads them);
+turns, pages, bookmarks, page-table states, meta (schema, migrations) and the leases are in the
+store. The lock files order the processes of this home; the lease (pager.lease) orders the
+homes: a session is written by one home at a time, and a home that just took a session's lease
+reads what another home flushed before it numbers a turn.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ Writes arrive in batches from the journal, never one row at a time: every LanceD
 is a new version and fragment. Writes are insert-if-absent on their natural keys, so a
 batch replayed after a crash, or written by two processes that sealed the same page,
 lands once. Every filter is built with lancedb.expr, never by pasting strings.
+
+Everything here is shared by every host that opens the same URI; nothing in this module assumes
+the URI is a local folder (is_local guards the two places that look at files: stats and the
+sweep of a killed writer's temporary files in pager.home). The `leases` table is born with all
+its rows and only ever updated by compare-and-swap (swap_lease), so a lease never races an insert.
 """
 
 from __future__ import annotations
