@@ -490,10 +490,14 @@ class Home:
             self.leases.stop()  # and the lease lapses: this home's next process recovers the journal
             self._closed = True
             raise
-        # another live process of this home with a session in its journal holds the lease on
-        keep = {(op["user"], op["session"]) for op in self.journal.read_new({})} if self.leases.held else set()
+        # another live process of this home (every one holds a journal segment) shares the leases: they
+        # stay, renewed by it for the sessions it writes, lapsing for the others
+        others = self.journal.segments() if self.leases.held else []
         self.journal.close(remove=True)
-        self.leases.release(keep)
+        if others:
+            self.leases.stop()
+        else:
+            self.leases.release()
         for s in self.sessions.values():
             self.save_index(s)
             self.save_snapshot(s)

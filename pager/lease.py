@@ -110,12 +110,11 @@ class Leases:
                 f"ago); wait until it closes or its lease lapses in {max(0.0, entry['expires'] - now):.0f} s, "
                 "or set PAGER_LEASE_WAIT_S to wait for it")
 
-    def release(self, keep: set[tuple[str, str]] = frozenset()) -> None:
-        """Give up every lease held, except those in keep (sessions another process of this home still
-        has in its journal: it holds them on)."""
+    def release(self) -> None:
+        """Give up every lease held (the home's closing flush put everything it accepted in the store)."""
         self._stop.set()
         with self._round, self._mutex:
-            keys = [k for k in self.held if k not in keep]
+            keys = list(self.held)
         for user, session in keys:
             try:
                 self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
