@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
-from .errors import LeaseHeld, StoreError
+from .errors import ConfigError, LeaseHeld, StoreError
 from .journal import Journal
 from .lease import Leases
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
@@ -179,6 +179,9 @@ class Home:
             s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
+        elif policy is not None and policy != self.sessions[key].policy.name:
+            raise ConfigError(f"session {key[1]!r} is already open with policy {self.sessions[key].policy.name}, not "
+                              f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
 
     def exists(self, user: str, session: str) -> bool:
@@ -269,7 +272,7 @@ class Home:
         return snapshot
 
     # -- the one write path ------------------------------------------------------------------------------
-    def accept(self, groups: dict, origin: str = "input") -> dict:
+    def accept(self, groups: dict, origin: str = "input") -> "Accepted":
         """Accept messages for one or more sessions ({Session: [message, …]}) as one transaction: every
         message of every session durable in one journal frame, or none. Returns {Session: [Turn, …]},
         one turn per message (a message whose key the session already holds gets that turn back)."""
@@ -277,29 +280,36 @@ class Home:
             raise StoreError("this home was opened read-only; open it without read_only to write")
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
         order = sorted(drafts, key=lambda s: s.key())
-        with self._mutex, ExitStack() as stack:
-            locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
-            plans = {}
-            for s in order:
-                self._lease(s)
-                s.sync(locks[s])
-                plans[s] = s.number(drafts[s], locks[s].last_turn)
-            written = [s for s in order if plans[s][0]]
-            for s in written:
-                locks[s].intend()
-            try:
-                self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
-            except BaseException:
+        with self._mutex:
+            with ExitStack() as stack:
+                locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
+                plans = {}
+                for s in order:
+                    self._lease(s)
+                    s.sync(locks[s])
+                    plans[s] = s.number(drafts[s], locks[s].last_turn)
+                written = [s for s in order if plans[s][0]]
+                ops: list[dict] = []
                 for s in written:
-                    locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
-                raise
-            for s in written:
-                locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
-                s.generation = locks[s].generation
-        for s in order:
-            s.take_accepted(plans[s][0], origin)
-        self.maybe_flush()
-        return {s: plans[s][1] for s in order}
+                    locks[s].intend()
+                    if not s.settled:  # the session's first transaction fixes how its pages are cut
+                        ops.append({**s.settings(), "user": s.user, "session": s.name})
+                    ops += [{"op": "turn", **t.to_dict()} for t in plans[s][0]]
+                try:
+                    self.journal.append(ops)
+                except BaseException:
+                    for s in written:
+                        locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
+                    raise
+                for s in written:
+                    locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
+                    s.generation = locks[s].generation
+                    s.settled = True
+            # durable and numbered: the locks are free for others while this process packs
+            for s in order:
+                s.take_accepted(plans[s][0], origin)
+            self.maybe_flush()
+        return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
 
     def journal_op(self, session, op: dict) -> None:
         """Make one non-turn op (a bookmark, a pin) durable for a session."""
@@ -413,28 +423,34 @@ class Home:
         """Write journal segments left by dead processes into the store; returns turns recovered.
         A segment goes only after its ops are in the store; one with damaged records is set aside."""
         count = 0
-        for path, ops, damaged in self.journal.orphans():
-            keys = sorted({(op["user"], op["session"]) for op in ops})
-            try:
-                fresh = {key: self.leases.ensure(*key) for key in keys}
-            except LeaseHeld as exc:
-                self.warn(f"the journal {path.name} of a dead process is kept for later: {exc}")
-                continue
-            for user, session in keys:
-                with self.session_lock(user, session) as lock:
-                    s = self.open(session, user)
-                    s.sync(lock)
-                    if fresh[(user, session)]:
-                        s.catch_up()
-                    mine = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
-                    count += s.adopt(mine)
-                    last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
-                    lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
-            self.flush()
-            if damaged:
-                self.journal.set_aside(path)
-            else:
-                path.unlink(missing_ok=True)
+        with self._mutex:  # the mutex before any session lock, as everywhere
+            for path, ops, damaged in self.journal.orphans():
+                count += self._recover_segment(path, ops, damaged)
+        return count
+
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool) -> int:
+        count = 0
+        keys = sorted({(op["user"], op["session"]) for op in ops})
+        try:
+            fresh = {key: self.leases.ensure(*key) for key in keys}
+        except LeaseHeld as exc:
+            self.warn(f"the journal {path.name} of a dead process is kept for later: {exc}")
+            return 0
+        for user, session in keys:
+            with self.session_lock(user, session) as lock:
+                s = self.open(session, user)
+                s.sync(lock)
+                if fresh[(user, session)]:
+                    s.catch_up()
+                mine = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
+                count += s.adopt(mine)
+                last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
+                lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
+        self.flush()
+        if damaged:
+            self.journal.set_aside(path)
+        else:
+            path.unlink(missing_ok=True)
         return count
 
     def _renumber_lost(self, s, ops: list[dict]) -> list[dict]:
@@ -516,6 +532,14 @@ class Home:
             self._closed = True
 
 
+class Accepted(dict):
+    """Home.accept's answer: {Session: [Turn, …]}, and in `new` how many of each were new."""
+
+    def __init__(self, turns: dict, new: dict) -> None:
+        super().__init__(turns)
+        self.new = new
+
+
 def _read_counts_path(path: Path) -> tuple[int, int, bool] | None:
     try:
         return _read_counts(path.read_bytes())
@@ -547,7 +571,7 @@ class Snapshot:
 
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
         if with_vectors:  # the index cache did not fit: vectors come from the store
-            return self.fallback().pages(user, session, after, with_vectors)
+            return self._store().pages(user, session, after, with_vectors)
         return [p for p in self.saved_pages if p.n > after], []
 
     def bookmarks(self, user: str, session: str) -> list:
@@ -555,11 +579,15 @@ class Snapshot:
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept
-            return self.fallback().turns(user, session, after)
+            return self._store().turns(user, session, after)
         return list(self.tail)
 
     def refresh(self) -> None:
-        self.fallback().refresh()
+        self._store().refresh()
+
+    def _store(self) -> Store:
+        assert self.fallback is not None, "a snapshot is read through Home._snapshot, which sets its fallback"
+        return self.fallback()
 
 
 @contextmanager

@@ -293,14 +293,7 @@ class LanceStore:
         where a merge would join against the whole table."""
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
-        if batch.turns:
-            self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
-        if batch.pages:
-            self._append_new("pages", "n", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)])
-        if batch.bookmarks:
-            self._append_new("bookmarks", "uid", [
-                {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
-                 "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
+        # the page table first: a reader that sees a session's turns also sees how its pages are cut
         if batch.states:
             import pyarrow as pa
 
@@ -310,6 +303,14 @@ class LanceStore:
             table = self._tables["states"]
             self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
                         .when_not_matched_insert_all().execute(data))
+        if batch.turns:
+            self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
+        if batch.pages:
+            self._append_new("pages", "n", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)])
+        if batch.bookmarks:
+            self._append_new("bookmarks", "uid", [
+                {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
+                 "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa

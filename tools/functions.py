@@ -7,6 +7,8 @@ The first parameter is the session, injected by the dispatcher.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pager.errors import PagerError
 from pager.page import parse_page_id
 from pager.session import Session
@@ -31,7 +33,7 @@ def search(session: Session, query: str, k: int = 5) -> str:
         query: words, names, numbers or dates to look for
         k: how many pages to return (1-20)
     """
-    k = max(1, min(int(k), 20))
+    k = max(1, min(k, 20))
     hits = session.search(query, k=k)
     if not hits:
         return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
@@ -64,7 +66,7 @@ def page_in(session: Session, page: str) -> str:
         if not found:
             hits = session.search(target, k=1, record=False)
             if not hits:
-                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids")
+                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids") from None
             found = [hits[0].n]
         numbers = found[:3]
     moved = []
@@ -132,7 +134,7 @@ def unpin(session: Session, page_id: str) -> str:
     return f"p{n} unpinned"
 
 
-def remember(session: Session, text: str, role: str = "user", speaker: str = "") -> str:
+def remember(session: Session, text: str, role: Literal["user", "assistant"] = "user", speaker: str = "") -> str:
     """Append a message to memory (durable before this returns). For agents that keep their
     own conversation and use pager as its memory.
 
@@ -141,8 +143,6 @@ def remember(session: Session, text: str, role: str = "user", speaker: str = "")
         role: "user" or "assistant"
         speaker: a name to show instead of the role
     """
-    if role not in ("user", "assistant"):
-        raise Mistake("role must be 'user' or 'assistant'")
     turn = session.append(speaker or role, text, role=role, origin="tool")
     session.write_bookmarks()   # a call to the bookmark model, if one is set, once a batch of pages has sealed
     return f"remembered as turn {turn.turn} on p{session.tail_n}"
@@ -158,7 +158,7 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
     """
     from pager.context import build
 
-    budget = max(256, min(int(budget), 200_000))
+    budget = max(256, min(budget, 200_000))
     ctx = build(session, message=query, budget=budget, chat=False)
     return ctx.memory
 

@@ -96,18 +96,6 @@ def test_a_killed_import_keeps_all_of_a_file_or_none(tmp_path, request):
     print(f"\nimport killed {len(counts)} times: kept {counts}")
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    import subprocess
-
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 def test_a_full_disk_then_sigkill_loses_nothing_acknowledged(tmpfs):
     """A writer on a 3 MB tmpfs runs out of space (its appends are refused, it keeps trying), then is
     killed; with the disk enlarged, every acknowledged turn is there once."""
