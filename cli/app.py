@@ -344,7 +344,7 @@ def migrate(ctx: typer.Context) -> None:
     config = load_config(ctx)
     notes: list[str] = []
     with Home(config, warn=notes.append) as home:
-        home.store  # opening it for writing applies what is missing
+        _ = home.store  # opening it for writing applies what is missing
     for note in notes:
         typer.echo(note)
     if not any("was migrated" in note for note in notes):

@@ -125,7 +125,7 @@ def test_hosts_claiming_one_lease_at_once_have_one_winner(shared):
     config, _ = shared
     homes = [Home(config(f"h{i}"), embedder=HashEmbedder()) for i in range(4)]
     for home in homes:
-        home.store  # connected before the race starts
+        _ = home.store  # connected before the race starts
     barrier, won, refused = threading.Barrier(len(homes)), [], []
 
     def claim(home):

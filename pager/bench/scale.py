@@ -224,7 +224,10 @@ def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
     import pyarrow as pa
     from lancedb.expr import col, lit
 
+    from ..store import LanceStore
+
     store, embedder = home.store, home.embedder
+    assert isinstance(store, LanceStore), "the reference work runs on LanceDB"
     pages = store._tables["pages"]
     rows = pages.count_rows()
     pages.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_PQ",
