@@ -145,3 +145,34 @@ def test_hosts_claiming_one_lease_at_once_have_one_winner(shared):
     assert all(won[0].leases.holder in message for message in refused)
     for home in homes:
         home.close()
+
+
+@pytest.mark.slow
+def test_ten_holders_killed_in_a_row_lose_nothing_acknowledged(tmp_path):
+    """The issue's SIGKILL ×10 on a local store: each round a holder acknowledges turns and is killed,
+    another home waits out the lease and writes, and the killed home recovers its journal."""
+    uri = str(tmp_path / "store")
+    env = {"PAGER_EMBEDDER": "hash", "PAGER_DB": uri}
+
+    def config(name: str, **kw) -> Config:
+        return Config.load(env=env, home=tmp_path / name, budget=2048, **kw)
+
+    expected: list[str] = []
+    for round_ in range(10):
+        child = subprocess.Popen([sys.executable, "-c", CHILD.replace("acknowledged {i}", f"r{round_} acknowledged {{i}}"),
+                                  str(tmp_path / "a"), "1", "3"], env={**os.environ, **env},
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        acked = []
+        while (line := child.stdout.readline()) and line.strip() != "holding":
+            acked.append(line)
+        assert len(acked) == 3, child.stderr.read()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        expected += [f"r{round_} acknowledged {i} on host a" for i in range(3)]
+        with Home(config("b", lease_wait_s=120), embedder=HashEmbedder()) as b:
+            b.open("s").append("bob", f"r{round_} host b")
+        expected.append(f"r{round_} host b")
+        with Home(config("a"), embedder=HashEmbedder()) as a:
+            assert a.recovered == 3, (round_, a.warnings)
+            got = texts(a, "s")
+        assert sorted(got) == sorted(expected), f"round {round_}"
