@@ -29,7 +29,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from .errors import LeaseHeld, PagerError
 
@@ -140,19 +140,32 @@ class Leases:
                     self._renew_all()
 
     def _renew_all(self) -> None:
+        """Renew every lease held, one compare-and-swap per slot of the leases table."""
+        store: Any = self._store()   # a LanceStore: only a store that keeps leases gets this far
         with self._mutex:
             keys = list(self.held)
-        for user, session in keys:
+        slots: dict[int, list[tuple[str, str]]] = {}
+        for key in keys:
+            slots.setdefault(store._lease_slot(*key), []).append(key)
+        for group in slots.values():
+            now = self.clock()
+
+            def change(entry, now=now):
+                if entry is None or entry["home"] == self.home or entry["expires"] < now:
+                    return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
+                return entry, entry
+
             try:
-                other = self._claim(user, session)
+                results = store.swap_leases(group, change)
             except Exception as exc:  # noqa: BLE001 - a store hiccup: the next round tries again
-                self._warn(f"could not renew the lease of session {session!r}: {exc}")
+                self._warn(f"could not renew the leases of sessions {', '.join(repr(s) for _, s in group)}: {exc}")
                 continue
-            with self._mutex:
-                if other is None and (user, session) in self.held:
-                    self.held[(user, session)] = self.clock()
-                elif other is not None:
-                    self.held.pop((user, session), None)
-            if other is not None:
-                self._warn(f"lost the lease of session {session!r} to {other['holder']}; "
-                           "the next write waits for it or is refused")
+            for (user, session), other in results.items():
+                with self._mutex:
+                    if other is None and (user, session) in self.held:
+                        self.held[(user, session)] = self.clock()
+                    elif other is not None:
+                        self.held.pop((user, session), None)
+                if other is not None:
+                    self._warn(f"lost the lease of session {session!r} to {other['holder']}; "
+                               "the next write waits for it or is refused")

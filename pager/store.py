@@ -30,7 +30,7 @@ from .errors import StoreError
 from .page import Page, Turn
 
 SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts)
-LEASE_SLOTS = 256     # rows of the leases table; a session's lease lives in the row its name hashes to
+LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
 def is_local(uri: str) -> bool:
@@ -522,35 +522,46 @@ class LanceStore:
         """Apply change(entry or None) → (new entry or None, result) to the session's lease as one
         compare-and-swap on its slot's revision, retried until no other writer got in between.
         Returns the result of the change that was committed."""
+        return self.swap_leases([(user, session)], change)[(user, session)]
+
+    def swap_leases(self, keys: list[tuple[str, str]], change) -> dict:
+        """swap_lease for several sessions of one slot in one compare-and-swap (a home renewing all
+        the leases it holds pays one commit per slot, not one per session)."""
         import pyarrow as pa
 
         if "leases" not in self._tables:
             raise StoreError(f"the store at {self.uri} has no leases table; run `pager migrate`")
-        slot, key = self._lease_slot(user, session), f"{user}\x00{session}"
-        last: Exception | None = None
+        slots = {self._lease_slot(u, s) for u, s in keys}
+        assert len(slots) == 1, "one slot per swap"
+        slot = slots.pop()
         table = self._tables["leases"]
         schema = table.schema
+        last: Exception | None = None
         for _ in range(50):
             rev, body = self._lease_row(slot)
-            entry, result = change(body.get(key))
-            if entry == body.get(key):
-                return result  # nothing to write
-            if entry is None:
-                body.pop(key, None)
-            else:
-                body[key] = entry
-            data = pa.Table.from_pylist([{"slot": slot, "rev": rev + 1, "body": json.dumps(body, sort_keys=True)}],
+            changed, results = dict(body), {}
+            for user, session in keys:
+                key = f"{user}\x00{session}"
+                entry, results[(user, session)] = change(body.get(key))
+                if entry is None:
+                    changed.pop(key, None)
+                else:
+                    changed[key] = entry
+            if changed == body:
+                return results  # nothing to write
+            data = pa.Table.from_pylist([{"slot": slot, "rev": rev + 1, "body": json.dumps(changed, sort_keys=True)}],
                                         schema=schema)
-            # rev is an int of ours, not user text: the one filter here that is a string
             try:
+                # rev is an int of ours, not user text: the one filter here that is a string
                 done = table.merge_insert("slot").when_matched_update_all(where=f"target.rev = {int(rev)}").execute(data)
             except (OSError, RuntimeError) as exc:  # a conflict LanceDB's own retries did not settle
                 last = exc
                 time.sleep(0.01)
                 continue
             if done.num_updated_rows == 1:
-                return result
-        raise StoreError(f"could not update the lease of session {session!r} ({last or 'too many writers at once'}); "
+                return results
+        names = ", ".join(repr(s) for _, s in keys)
+        raise StoreError(f"could not update the lease of session {names} ({last or 'too many writers at once'}); "
                          "try again")
 
 

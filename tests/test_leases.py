@@ -176,3 +176,23 @@ def test_ten_holders_killed_in_a_row_lose_nothing_acknowledged(tmp_path):
             assert a.recovered == 3, (round_, a.warnings)
             got = texts(a, "s")
         assert sorted(got) == sorted(expected), f"round {round_}"
+
+
+def test_a_live_holder_keeps_its_leases_by_renewing_them(shared):
+    import time
+
+    config, _ = shared
+    a = Home(config("a", lease_s=3), embedder=HashEmbedder())
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        a.open(name).append("ann", f"held by a: {name}")
+    first = {name: a.store.lease("", name)["seen"] for name in names}
+    while not all(a.store.lease("", name)["seen"] > first[name] for name in names):
+        time.sleep(0.05)  # the event: every lease renewed by the background thread
+    b = Home(config("b", lease_s=3), embedder=HashEmbedder())
+    for name in names:
+        with pytest.raises(LeaseHeld):
+            b.open(name).append("bob", "refused while a lives")
+    a.close()
+    b.open("s0").append("bob", "after a closed")
+    b.close()
