@@ -217,6 +217,7 @@ class Session:
             for key, turn in self.home.store.keys(self.user, self.name).items():
                 self.keys.setdefault(key, turn)
             self._keys_loaded = True
+        self._recognise_exported([d.key for d in drafts if d.key.startswith("turn:") and d.key not in self.keys])
         base = max(last_turn, self.turn_count, max(self._waiting, default=0))
         new: list[Turn] = []
         out: list[Turn] = []
@@ -232,6 +233,25 @@ class Session:
             if d.key:
                 batch[d.key] = t.turn
         return new, out
+
+    def _recognise_exported(self, keys: list[str]) -> None:
+        """Keys `pager export` wrote for turns that had none (`Turn.identity`): a key names a turn of
+        this session when that turn still says the same; then it is held like any other key."""
+        wanted: dict[int, str] = {}
+        for key in keys:
+            digits = key.split(":")[1]
+            if digits.isascii() and digits.isdigit():
+                wanted[int(digits)] = key
+        if not wanted:
+            return
+        after = min(wanted) - 1
+        turns = {t.turn: t for t in self.home.store.turns(self.user, self.name, after=after)}
+        for op in self.home.journal.read_new({}, own=True):
+            if op["op"] == "turn" and (op["user"], op["session"]) == (self.user, self.name) and op["turn"] > after:
+                turns.setdefault(op["turn"], Turn.from_record(op))
+        for number, key in wanted.items():
+            if number in turns and turns[number].identity() == key:
+                self.keys[key] = number
 
     def take_accepted(self, turns: list[Turn], origin: str) -> None:
         """Turns this process just made durable: to the store at the next flush, onto pages now."""
