@@ -62,7 +62,7 @@ class Config:
     model: str = ""              # litellm model string; empty means the offline memory shell
     budget: int = 8192           # tokens of the whole prompt the model sees
     page_tokens: int = 128       # tokens per page and per frame, header included (chosen by measurement)
-    policy: str = "clock"        # eviction policy: clock, lru, lfu, scored
+    policy: str = ""             # eviction policy: clock, lru, lfu, scored; empty: the session's own, else clock
     map_tokens: int = 0          # memory-map reserve; 0 means budget/32 clamped to [48, 384]
     output_tokens: int = 1024    # reserved for the model's reply, outside the budget
     pressure: float = 0.85       # frames-in-use share above which the model is warned
@@ -89,7 +89,7 @@ class Config:
         object.__setattr__(self, "home", Path(self.home).expanduser())
         if self.page_tokens < 48:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
-        if self.policy not in POLICIES:
+        if self.policy and self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
         if self.budget < self.page_tokens + CHAT_FLOOR:
             raise ConfigError(

@@ -59,7 +59,8 @@ class Session:
         # (a `settings` op in its journal frame), then kept in the stored state.
         self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
         self.settled = "page_tokens" in state
-        self.policy = make_policy(policy or state.get("policy") or cfg.policy)
+        # a policy asked for (an argument, --policy, PAGER_POLICY) wins over the one the session last ran
+        self.policy = make_policy(policy or cfg.policy or state.get("policy") or "clock")
         self.table = PageTable()
         self.pages: dict[int, Page] = {}
         self.directory = bm.Directory()
