@@ -227,7 +227,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "dataset": Path(data).name,
         "tokenizer": config.encoding,
         "page_tokens": config.page_tokens,
-        "policy": config.policy,
+        "policy": config.policy or "clock",
         "embedder": config.embedder,
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
