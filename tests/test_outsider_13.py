@@ -174,3 +174,32 @@ def test_bare_policy_and_pin_commands_say_what_to_give(tmp_path):
     assert "page '' does not exist" not in out
     trace = next((tmp_path / "traces").glob("s-*.jsonl"))
     assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"]).exit_code == 0
+
+
+@pytest.mark.parametrize("budget", [1000, 1150, 1500])
+def test_the_page_a_model_just_paged_in_is_in_its_next_prompt(tmp_path, budget):
+    """A scripted model searches, then pages in p10: the search exchange gives way before the frames
+    shrink below what the message uses (it used to evict both p5 and p10 at 1000)."""
+    import json
+
+    from pager.agent import Agent
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+    from pager.model import HandlerModel
+    from pager.offline import Script
+    from pager.store import MemoryStore
+
+    def call(name, arguments, id):
+        return {"content": None, "tool_calls": [{"id": id, "type": "function",
+                                                 "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+    home = Home(Config(home=tmp_path, budget=budget, embedder="hash"), store=MemoryStore(), embedder=HashEmbedder(),
+                durable=False)
+    s = home.open("a")
+    s.append_many([json.loads(line) for line in DEMO.read_text().splitlines()])
+    script = Script([call("search", {"query": QUESTIONS[0], "k": 3}, "c1"), call("page_in", {"page": "p10"}, "c2"),
+                     {"content": "done"}])
+    assert Agent(s, HandlerModel(script)).ask(QUESTIONS[0]).text == "done"
+    assert "[p10 · " in script.seen[2][0]["content"], script.seen[2][0]["content"][:600]
+    home.journal.close(remove=True)
