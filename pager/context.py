@@ -1,8 +1,10 @@
 """Context assembly: what the model sees, never a token over the budget.
 
 Order (DESIGN.md step 3): the static prefix (system prompt, tool schemas: byte-stable across
-turns, so provider prompt caches hit), the memory map, the resident pages in conversation
-order each under its header, then the current message.
+turns, so provider prompt caches hit), the memory map, the working state, the resident pages in
+conversation order each under its header, then the current message. The budget goes first to
+the message, then to the state (up to `state_share` of what is left, always leaving one frame),
+then to the frames.
 
 Token accounting follows the chat format: each message costs its content plus
 MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
@@ -82,7 +84,10 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
     memory_budget = budget - fixed
     map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
-    frames = (memory_budget - map_reserve) // session.page_tokens
+    state_cap = min(int(memory_budget * cfg.state_share), memory_budget - map_reserve - session.page_tokens)
+    state = render_state(session, state_cap)
+    state_tokens = count(state + SEPARATOR) if state else 0
+    frames = (memory_budget - map_reserve - state_tokens) // session.page_tokens
     if frames < 1:
         raise BudgetError(
             f"the prompt needs {fixed:,} tokens before memory (message of {count(message):,}), leaving "
@@ -91,11 +96,11 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         )
     session.resize(frames)
     hits = session.autopage(message) if autopage and message else []
-    return assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens)
+    return assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens, state)
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
-             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0) -> Context:
+             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "") -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -106,8 +111,9 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     """
     count = session.tokenizer.count
     shown: list[int] = []
-    blocks: list[str] = []
-    costs: list[int] = []
+    blocks: list[str] = [state] if state else []  # the state block first, never dropped
+    costs: list[int] = [count(state + SEPARATOR)] if state else []
+    fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
         if body is None:
@@ -134,21 +140,45 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     memory = memory_tokens()
     used = total(memory)
     dropped: list[int] = []
-    while used > budget and blocks:
+    while used > budget and shown:
         # by construction this does not happen; if it ever does, show less rather than overflow
         victim = min(range(len(shown)), key=lambda i: session.table[shown[i]].last_use)
         dropped.append(shown.pop(victim))
-        blocks.pop(victim)
-        costs.pop(victim)
+        blocks.pop(fixed + victim)
+        costs.pop(fixed + victim)
         memory = memory_tokens()
         used = total(memory)
     text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     map_tokens = count(memory_map)
-    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "pages": memory - map_tokens, "memory": memory,
+    state_tokens = costs[0] if fixed else 0
+    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens,
+                  "pages": memory - map_tokens - state_tokens, "memory": memory,
                   "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
                   "total": used}
     return ctx
+
+
+def render_state(session: Session, cap: int) -> str:
+    """The working state block, at most `cap` tokens with the separator after it: the newest keys
+    are kept when not all fit, and a last line says how many older ones are left out. "" if empty."""
+    state = session.state
+    if not state.current or cap <= 0:
+        return ""
+    count = session.tokenizer.count
+    title = render("state").strip()
+    lines = state.lines(lambda c: session.render.page_dates(c.page) if c.page in session.table else "")
+
+    def text(kept: list[str]) -> str:
+        left = len(lines) - len(kept)
+        more = [f"- ({left} older key{'s' if left > 1 else ''} not shown; search finds them)"] if left else []
+        return "\n".join([title, *kept, *more])
+
+    kept = list(lines)
+    while kept and count(text(kept) + SEPARATOR) > cap:
+        kept.pop(0)  # the oldest set goes first
+    block = text(kept)
+    return block if count(block + SEPARATOR) <= cap else ""
 
 
 def render_map(session: Session, reserve: int, focus: list[int]) -> str:

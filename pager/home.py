@@ -226,7 +226,7 @@ class Home:
         if (tail[-1].turn if tail else after + 1) != s.turn_count:
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
-                            self.store.bookmarks(s.user, s.name), tail)
+                            self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name))
         path = self._snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -285,9 +285,16 @@ class Home:
         self.maybe_flush()
         return {s: plans[s][1] for s in order}
 
-    def journal_op(self, session, op: dict) -> None:
-        """Make one non-turn op (a bookmark, a pin) durable for a session."""
+    def journal_op(self, session, op) -> None:
+        """Make one non-turn op (a bookmark, a pin, a state change) durable for a session. A callable
+        builds the op under the lock after the session took in what other processes wrote (a state
+        change is numbered after theirs); it returns None when there is nothing to write."""
         with self._mutex, self.session_lock(session.user, session.name) as lock:
+            if callable(op):
+                session.sync(lock)
+                op = op()
+                if op is None:
+                    return
             lock.intend()
             try:
                 self.journal.append([{**op, "user": session.user, "session": session.name}])
@@ -358,6 +365,7 @@ class Home:
                 batch.pages += part.pages
                 batch.vectors += part.vectors
                 batch.bookmarks += part.bookmarks
+                batch.changes += part.changes
                 batch.states.update(part.states)
             if batch:
                 try:
@@ -464,6 +472,7 @@ class Snapshot:
     saved_pages: list
     saved_bookmarks: list
     tail: list
+    saved_changes: list        # the working state's changes
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -480,6 +489,9 @@ class Snapshot:
 
     def bookmarks(self, user: str, session: str) -> list:
         return list(self.saved_bookmarks)
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list:
+        return [c for c in self.saved_changes if c.seq > after]
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept

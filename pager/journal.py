@@ -45,6 +45,8 @@ OPS: dict[str, dict] = {
     "turn": _TURN_FIELDS,
     "bookmark": {"user": str, "session": str, "uid": str, "keywords": list, "pages": list},
     "pin": {"user": str, "session": str, "page": int, "pinned": bool},
+    "state": {"user": str, "session": str, "seq": int, "key": str, "value": str, "unset": bool, "page": int,
+              "turn": int, "ts": (int, float), "source": str},
 }
 
 
@@ -66,6 +68,8 @@ def valid(op) -> str:
             return f"field {name!r} is {type(value).__name__}, not {getattr(kind, '__name__', 'a number')}"
     if op["op"] == "turn" and (op["turn"] < 1 or not op["text"] or not isinstance(op.get("key", ""), str)):
         return "a turn needs a number of 1 or more, some text and a string key"
+    if op["op"] == "state" and (op["seq"] < 1 or not op["key"] or op["unset"] == bool(op["value"])):
+        return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
     return ""
 
 

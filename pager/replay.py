@@ -22,6 +22,7 @@ from .config import Config
 from .errors import InputError
 from .home import Home
 from .page import parse_page_id
+from .state import Change
 from .store import MemoryStore
 from .trace import Event, read_trace
 from .writer import Written
@@ -29,7 +30,7 @@ from .writer import Written
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error"}
+          "writer_error", "state_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -248,6 +249,8 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
+        elif kind == "state_in":   # a state change another process made, taken in by sync
+            session.state.take([_change(event)])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
             session.apply_written([Written(parse_page_id(m["page"]), tuple(m["keywords"]), m.get("note", ""))
                                    for m in event["marks"]])
@@ -266,6 +269,12 @@ def _resume(session, event: dict, policy: str | None) -> None:
     if policy:  # a what-if replay keeps its own policy (and CLOCK starts its hand at frame 0)
         state.update(policy=policy, hand=0)
     session.load_paging_state(state)
+    session.state.take([Change.from_record(c) for c in event.get("changes", [])])
+
+
+def _change(event: dict) -> Change:
+    return Change.from_record({**event, "seq": event["change"], "page": parse_page_id(event["page"]),
+                               "ts": event["ts_set"]})
 
 
 def _command(session, line: str, keep_policy: bool) -> None:

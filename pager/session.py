@@ -23,6 +23,7 @@ from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
 from .search import Hit, Index, label_time, terms
+from .state import Change, State, check as check_state
 from .store import Batch
 from .trace import Events
 
@@ -79,6 +80,7 @@ class Session:
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
+        self.state = State()            # the working state: key → value, every change kept
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -122,6 +124,7 @@ class Session:
             turn, _, end = pages[-1].spans[-1]
             self.turn_count, self._next_start = turn - 1, end
         self._take(store.turns(self.user, self.name, after=self.turn_count))
+        self.state.take(store.state_changes(self.user, self.name))
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -329,6 +332,7 @@ class Session:
         for op in ops:
             if op["op"] == "bookmark":
                 self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
+        self._take_state([Change.from_record(op) for op in ops if op["op"] == "state"])
         self._embed_pending()
         self.generation = generation
 
@@ -345,6 +349,9 @@ class Session:
                 self.pending.bookmarks.append((self.user, self.name, mark))
             elif op["op"] == "pin" and op["page"] in self.table:
                 self.table[op["page"]].pinned = op["pinned"]
+        changes = [Change.from_record(op) for op in ops if op["op"] == "state"]
+        self.pending.changes += [(self.user, self.name, c) for c in changes]  # kept once, whoever writes it
+        self._take_state(changes)
         self._embed_pending()
         return len(turns)
 
@@ -485,6 +492,41 @@ class Session:
 
     def _journal_op(self, record: dict) -> None:
         self.home.journal_op(self, record)
+
+    # -- the working state ------------------------------------------------------------------------------
+    def set_state(self, key: str, value: str | None, source: str = "model") -> Change | None:
+        """Set one key of the working state (value None: unset it), durable before this returns and
+        numbered after every change other processes made. None if nothing changes (the value it has,
+        or an unset of a key that is not set). InputError names what is wrong with key or value."""
+        key, value = check_state(key, value)
+        made: list[Change] = []
+
+        def change() -> dict | None:  # built under the session's lock, after sync
+            self._take_state([], store=True)
+            held = self.state.current.get(key)
+            if (held.value if held else "") == value:
+                return None
+            made.append(Change(self.state.seq + 1, key, value, not value, self.tail_n, self.turn_count,
+                               self.clock(), source))
+            return made[0].to_op()
+
+        self.home.journal_op(self, change)
+        if not made:
+            return None
+        self.pending.changes.append((self.user, self.name, made[0]))
+        self.state.take(made)
+        self.emit("state", **made[0].event())
+        return made[0]
+
+    def _take_state(self, changes: list[Change], store: bool = False) -> None:
+        """Changes other processes made (from their journals; from the store when one is missing, as
+        when its journal segment was flushed and removed before we read it), each an input event."""
+        applied = self.state.take(changes)
+        if store or self.state.gap:
+            self.home.store.refresh()
+            applied += self.state.take(self.home.store.state_changes(self.user, self.name, after=self.state.seq))
+        for c in applied:
+            self.emit("state_in", **c.event(), ts_set=c.ts)
 
     # -- search and automatic paging ----------------------------------------------------------------------
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -23,27 +23,30 @@ import numpy as np
 from .bookmarks import Bookmark
 from .errors import StoreError
 from .page import Page, Turn
+from .state import Change
 
-SCHEMA_VERSION = 2  # 2: turns carry an idempotency key
+SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: a table of working-state changes
 
 
 @dataclass
 class Batch:
-    """One write: new turns, sealed pages (with one vector per piece), bookmarks and page-table states."""
+    """One write: new turns, sealed pages (with one vector per piece), bookmarks, page-table states and
+    working-state changes."""
 
     turns: list[Turn] = field(default_factory=list)
     pages: list[Page] = field(default_factory=list)
     vectors: list[np.ndarray] = field(default_factory=list)
     bookmarks: list[tuple[str, str, Bookmark]] = field(default_factory=list)  # (user, session, bookmark)
     states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
+    changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.pages or self.bookmarks or self.states)
+        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
-                     self.bookmarks + later.bookmarks, {**self.states, **later.states})
+                     self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes)
 
 
 class Store(Protocol):
@@ -54,6 +57,7 @@ class Store(Protocol):
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]: ...
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
     def sessions(self) -> list[dict]: ...
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -69,6 +73,7 @@ class MemoryStore:
         self._pages: dict[tuple[str, str], dict[int, tuple[Page, np.ndarray]]] = {}
         self._bookmarks: dict[tuple[str, str], dict[str, Bookmark]] = {}
         self._states: dict[tuple[str, str], dict] = {}
+        self._changes: dict[tuple[str, str], dict[int, Change]] = {}
         self.writes = 0
 
     def put(self, batch: Batch) -> None:
@@ -80,6 +85,8 @@ class MemoryStore:
         for user, session, b in batch.bookmarks:
             self._bookmarks.setdefault((user, session), {}).setdefault(b.uid, b)
         self._states.update({k: json.loads(json.dumps(v)) for k, v in batch.states.items()})
+        for user, session, c in batch.changes:
+            self._changes.setdefault((user, session), {}).setdefault(c.seq, c)
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -101,6 +108,10 @@ class MemoryStore:
 
     def state(self, user: str, session: str) -> dict | None:
         return self._states.get((user, session))
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]:
+        rows = self._changes.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
 
     def sessions(self) -> list[dict]:
         keys = set(self._turns) | set(self._pages)
@@ -151,7 +162,7 @@ def _page_from(row: dict) -> Page:
 
 
 class LanceStore:
-    """LanceDB tables `turns`, `pages`, `bookmarks`, `states` and `meta` under one URI."""
+    """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
                  notify=None) -> None:
@@ -190,6 +201,8 @@ class LanceStore:
             "bookmarks": pa.schema([("user", s), ("session", s), ("uid", s), ("keywords", pa.list_(s)),
                                     ("pages", pa.list_(i)), ("note", s), ("source", s), ("ts", f)]),
             "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
+            "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
+                                        ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -199,16 +212,19 @@ class LanceStore:
         for name, schema in self._schemas().items():
             if name in existing:
                 self._tables[name] = self._open(name)
-            elif self.read_only:
-                continue  # nothing was ever written to it: reads answer empty
+            elif self.read_only or (name in ADDED_BY_MIGRATION and not fresh):
+                continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
             else:
-                try:
-                    self._tables[name] = self.db.create_table(name, schema=schema)
-                except (OSError, ValueError, RuntimeError):
-                    # another process created it first
-                    self._tables[name] = self._open(name)
+                self._create(name, schema)
         if "meta" in self._tables:
             self._check(fresh)
+
+    def _create(self, name: str, schema) -> None:
+        try:
+            self._tables[name] = self.db.create_table(name, schema=schema)
+        except (OSError, ValueError, RuntimeError):
+            # another process created it first
+            self._tables[name] = self._open(name)
 
     def _meta(self) -> dict[str, str]:
         return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
@@ -278,6 +294,8 @@ class LanceStore:
             self._append_new("bookmarks", "uid", [
                 {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
                  "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
+        if batch.changes:
+            self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
         if batch.states:
             import pyarrow as pa
 
@@ -393,6 +411,12 @@ class LanceStore:
         rows = self._rows("states", user, session)
         return json.loads(max(rows, key=lambda r: r["ts"])["state"]) if rows else None
 
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("state_changes", user, session, col("seq") > lit(after))
+        return sorted({r["seq"]: Change.from_record(r) for r in rows}.values(), key=lambda c: c.seq)
+
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
             return []
@@ -478,3 +502,13 @@ def m002_turn_keys(store: LanceStore) -> None:
             table.checkout_latest()
             if "key" not in table.schema.names:  # not another process's migration: a real failure
                 raise
+
+
+ADDED_BY_MIGRATION = {"state_changes"}  # tables a store made by an older release gains by a named step
+
+
+@migration
+def m003_state_changes(store: LanceStore) -> None:
+    """a table for the working state's changes"""
+    if "state_changes" not in store._tables:
+        store._create("state_changes", store._schemas()["state_changes"])

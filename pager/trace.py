@@ -13,7 +13,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -136,4 +136,5 @@ def begin(session, model: str, budget: int) -> None:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
-                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state())
+                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
+                     changes=[asdict(c) for c in session.state.changes])

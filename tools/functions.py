@@ -33,15 +33,33 @@ def search(session: Session, query: str, k: int = 5) -> str:
     """
     k = max(1, min(int(k), 20))
     hits = session.search(query, k=k)
+    history = _state_history(session, query)
     if not hits:
-        return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
-    lines = [f"{len(hits)} page(s) for {query!r}:"]
+        return "\n".join(history + [f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"])
+    lines = history + [f"{len(hits)} page(s) for {query!r}:"]
     for hit in hits:
         where = "resident" if session.table[hit.n].resident else "on disk"
         marks = ", ".join(session.directory.keywords(hit.n)[:4])
         lines.append(f"- p{hit.n} ({session.render.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
                      f"{', bookmarks: ' + marks if marks else ''}): {session.render.snippet(hit, SNIPPET_CHARS)}")
     return "\n".join(lines)
+
+
+def _state_history(session: Session, query: str, keys: int = 3) -> list[str]:
+    """Keys of the working state the query names, with their earlier values: `state home city: Berlin
+    (since p12); before: Paris (p3, change 1)`."""
+    out: list[str] = []
+    for key in dict.fromkeys(c.key for c in session.state.find(query)):
+        changes = session.state.history(key)
+        now = session.state.current.get(key)
+        earlier = [c for c in changes if c is not now and not c.unset][::-1]
+        line = f"state {key}: " + (f"{now.value} (since p{now.page})" if now else "not set now")
+        if earlier:
+            line += "; before: " + ", ".join(f"{c.value} (p{c.page}, change {c.seq})" for c in earlier[:3])
+        out.append(line)
+        if len(out) == keys:
+            break
+    return out
 
 
 def page_in(session: Session, page: str) -> str:
@@ -132,6 +150,36 @@ def unpin(session: Session, page_id: str) -> str:
     return f"p{n} unpinned"
 
 
+def state_set(session: Session, key: str, value: str) -> str:
+    """Record a current fact about the user or the task in the working state, which is always
+    in your context: their city, a deadline, a dose, an order id. Use it when something is
+    stated that stays true until changed; setting a key again replaces the value shown, and
+    the old value stays in memory with its date.
+
+    Args:
+        key: a short name, like "home city" or "project deadline"
+        value: the current value, short, like "Berlin" or "14 March"
+    """
+    change = session.set_state(key, value)
+    if change is None:
+        return f"state {key!r} already is {value!r}; nothing changed"
+    return f"state {change.key!r} set to {change.value!r} (change {change.seq}, from p{change.page})"
+
+
+def state_unset(session: Session, key: str) -> str:
+    """Remove a key from the working state when it is no longer true or no longer matters.
+    Its history stays in memory.
+
+    Args:
+        key: the key to remove, as shown in the state
+    """
+    change = session.set_state(key, None)
+    if change is None:
+        keys = ", ".join(session.state.current) or "none"
+        raise Mistake(f"state has no key {key!r}; the keys are: {keys}")
+    return f"state {change.key!r} unset (change {change.seq})"
+
+
 def remember(session: Session, text: str, role: str = "user", speaker: str = "") -> str:
     """Append a message to memory (durable before this returns). For agents that keep their
     own conversation and use pager as its memory.
@@ -163,5 +211,5 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
     return ctx.memory
 
 
-MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin)
+MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin, state_set, state_unset)
 AGENT_TOOLS = MODEL_TOOLS + (remember, context)
