@@ -71,6 +71,56 @@ def open_home(config, read_only: bool = False):
     return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
+def existing(home):
+    """The configured session, or one line saying there is none by that name and where to look."""
+    from pager.errors import SessionNotFound
+
+    s = home.open()
+    if not s.turn_count:
+        of_user = f" of user {s.user!r}" if s.user else ""
+        raise SessionNotFound(f"no session {s.name!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
+    return s
+
+
+def session_rows(home) -> list[dict]:
+    """Every session of the home, per user, with its turns and pages (the store's and the journals')."""
+    rows = {(r["user"], r["session"]): dict(r) for r in home.store.sessions()}
+    for op in home.journal.read_new({}, own=True):
+        if op.get("op") == "turn":
+            row = rows.setdefault((op["user"], op["session"]),
+                                  {"user": op["user"], "session": op["session"], "turns": 0, "pages": 0})
+            row["turns"] = max(row["turns"], op["turn"])
+    return [rows[k] for k in sorted(rows)]
+
+
+@command()
+def sessions(
+    ctx: typer.Context,
+    json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
+) -> None:
+    """The sessions in the home, per user, with their turns and pages."""
+    config = load_config(ctx)
+    with open_home(config, read_only=True) as home:
+        rows = session_rows(home)
+        if json_out:
+            typer.echo(json.dumps({"home": str(home.path), "sessions": rows}, ensure_ascii=False))
+            return
+        if not rows:
+            typer.echo(f"no sessions in {home.path}; `pager ingest FILE` or `pager chat` starts one")
+            return
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=Text(f"sessions in {home.path}"), title_justify="left")
+        for name in ("user", "session", "turns", "pages"):
+            table.add_column(name, justify="right" if name in ("turns", "pages") else "left")
+        for r in rows:
+            table.add_row(Text(r["user"] or "(none)"), Text(r["session"]), str(r["turns"]), str(r["pages"]))
+        Console().print(table)
+        typer.echo("open one with --session NAME (and PAGER_USER=NAME for a named user)")
+
+
 @command()
 def ingest(
     ctx: typer.Context,
@@ -141,20 +191,21 @@ def inspect(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
-        s = home.open()
+        s = existing(home)
         if json_out:
             from pager.views import inspect_json
 
             typer.echo(json.dumps(inspect_json(s), ensure_ascii=False))
             return
         from rich.console import Console
+        from rich.text import Text
 
         from pager import views
 
         console = Console()
         st = s.stats()
-        console.print(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
-                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions")
+        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
+                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
         console.print(views.frame_strip(s))
         console.print(views.legend())
         console.print(views.frame_table(s))
@@ -226,7 +277,7 @@ def search(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
-        s = home.open()
+        s = existing(home)
         hits = s.search(query, k=k, record=False)
         rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
@@ -236,15 +287,16 @@ def search(
             return
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=f"{query!r} in session {s.name!r} ({len(s.pages)} pages)", title_justify="left")
+        table = Table(title=Text(f"{query!r} in session {s.name!r} ({len(s.pages)} pages)"), title_justify="left")
         for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
             table.add_column(name, overflow="fold")
         for r in rows:
             signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
-                          ", ".join(r["bookmarks"]), r["snippet"])
-        Console().print(table if rows else f"no page of session {s.name!r} matches {query!r}")
+                          Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
+        Console().print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
 
 
 @command()
@@ -384,9 +436,13 @@ def bench_locomo(
 
     from rich.console import Console
 
-    from pager.bench import locomo
+    from pager.bench import locomo, need
     from pager.config import Config
 
+    if baselines:   # before the run, not after it
+        need("rank_bm25", "the BM25 baseline (or --no-baselines)")
+    if plot:
+        need("matplotlib", "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model)
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines)
     console = Console()

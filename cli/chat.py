@@ -10,14 +10,17 @@ import sys
 from typing import Callable, Iterator, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from pager import views
 from pager.agent import Agent
 from pager.config import Config
 from pager.errors import PagerError
 from pager.home import Home
-from pager.llm import OFFLINE, LiteLLMModel, preload, register
+from pager.llm import OFFLINE, LiteLLMModel, preload
+from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
@@ -46,6 +49,7 @@ class StepPrinter:
         self.faulted: list[str] = []
         self.evicted: list[str] = []
         self.totals: list[int] = []
+        self.start: dict[str, int] = {}   # the session's counters when the chat began
 
     def __call__(self, event: Event) -> None:
         kind, d = event.kind, event.data
@@ -54,19 +58,19 @@ class StepPrinter:
         elif kind == "evict":
             self.evicted.append(d["page"])
         elif kind == "pin":
-            self.console.print(f"  [magenta]pinned {d['page']}[/]", highlight=False)
+            self.console.print(f"  [magenta]pinned {escape(str(d['page']))}[/]", highlight=False)
         elif kind == "model_request":
             self.totals.append(d["tokens"]["total"])
             self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames")
         elif kind == "tool_call":
             args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
-            self.console.print(f"  [cyan]↳ {d['name']}[/]({args})", highlight=False)
+            self.console.print(f"  [cyan]↳ {escape(d['name'])}[/]({escape(args)})", highlight=False)
         elif kind == "bookmarks_written" and d["marks"]:
             named = ", ".join(f"{m['page']} ({', '.join(m['keywords'][:3])})" for m in d["marks"][:4])
             more = f" (+{len(d['marks']) - 4})" if len(d["marks"]) > 4 else ""
-            self.console.print(f"  [blue]bookmark model:[/] {named}{more}", highlight=False)
+            self.console.print(f"  [blue]bookmark model:[/] {escape(named)}{more}", highlight=False)
         elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error"):
-            self.console.print(f"  [red]{kind}[/]: {d.get('error') or d.get('text') or d}", highlight=False)
+            self.console.print(f"  [red]{kind}[/]: {escape(str(d.get('error') or d.get('text') or d))}", highlight=False)
 
     def _flush(self, head: str) -> None:
         moved = ""
@@ -76,6 +80,18 @@ class StepPrinter:
             moved += f" · evicted {_list(self.evicted)}"
         self.console.print(f"  [dim]{head}[/]{moved}", highlight=False)
         self.faulted, self.evicted = [], []
+
+
+def stats_line(session: Session, printer: StepPrinter) -> str:
+    """Counters of this chat: each fault, hit and eviction is one event of its trace, so `trace show`
+    and the HTML timeline count the same (the session's lifetime counters are in `pager inspect`)."""
+    st = session.stats()
+    since = {k: st[k] - printer.start.get(k, 0) for k in ("faults", "hits", "evictions")}
+    uses = since["faults"] + since["hits"]
+    per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
+    return (f"this chat: faults {since['faults']} · evictions {since['evictions']} · hits {since['hits']} · hit rate "
+            f"{since['hits'] / uses if uses else 0:.0%} · session: {st['turns']} turns on {st['pages']} pages · frames "
+            f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
 
 
 def _list(pages: list[str], shown: int = 6) -> str:
@@ -88,15 +104,18 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
 
-        prompt = PromptSession(history=FileHistory(str(home.path / "chat_history")))
+        prompt: PromptSession[str] = PromptSession(history=FileHistory(str(home.path / "chat_history")))
         while True:
             try:
                 yield prompt.prompt("you> ")
             except EOFError:
                 return
     else:
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")   # invalid UTF-8 shows as �, it does not end the chat
         for line in stream:
-            yield line.rstrip("\n")
+            # a stream opened with surrogateescape (the C locale) hands invalid bytes over as lone surrogates
+            yield line.rstrip("\n").encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def run(config: Config, stream: TextIO | None = None, console: Console | None = None,
@@ -104,30 +123,37 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
-    loading = preload()
+    model_name = config.model or OFFLINE
+    loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
         settle()
+        if loading:
+            loading.join()
+        model: Model
+        if model_name == OFFLINE:
+            model = HandlerModel(OfflineShell(), OFFLINE, output_tokens=config.output_tokens)
+        else:
+            remote = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            remote.check()
+            model = remote
+        home.writer  # noqa: B018 - the bookmark model's key is checked up front too
+        agent = Agent(session, model, speaker=config.user or "user")
+        # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay
         writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")
         session.events.listeners.append(writer)
         printer = StepPrinter(console)
         session.events.listeners.append(printer)
-        model_name = config.model or OFFLINE
         try:
-            loading.join()
-            register("offline", OfflineShell())
-            model = LiteLLMModel(model_name, output_tokens=config.output_tokens)
-            model.check()
-            home.writer  # noqa: B018 - the bookmark model's key is checked up front too
-            agent = Agent(session, model, speaker=config.user or "user")
+            printer.start = dict(session.counters)   # /stats counts this chat, as its trace does
             begin(session, model_name, agent.budget)
-            _banner(console, session, config, model_name, writer.path, agent.budget)
+            _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
             for line in lines_from(stream, interactive, home):
                 line = line.strip()
                 if not line:
                     continue
                 if not interactive:
-                    console.print(f"[bold]you>[/] {line}", highlight=False)
+                    console.print(f"[bold]you>[/] {escape(line)}", highlight=False)
                 if line.startswith("/"):
                     session.emit("command", line=line)
                     if _command(line, session, printer, console) == "quit":
@@ -136,9 +162,9 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                 try:
                     reply = agent.ask(line)
                 except PagerError as exc:  # e.g. a message larger than the budget: refused, nothing accepted
-                    console.print(f"[red]{exc}[/]", highlight=False)
+                    console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                     continue
-                console.print(f"[bold green]pager>[/] {reply.text}", highlight=False)
+                console.print(f"[bold green]pager>[/] {escape(reply.text)}", highlight=False)
             if session.unwritten and home.writer:  # the last pages, fewer than a batch
                 session.write_bookmarks(force=True)
         finally:
@@ -146,17 +172,21 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             writer.close()
 
 
-def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int) -> None:
-    console.rule(f"pager chat · session {session.name!r}")
+def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int,
+            tier: str = "full") -> None:
+    console.rule(Text(f"pager chat · session {session.name!r}"))
     if model_name == OFFLINE:
         console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
                       "quotes your memory; it does not think. Set --model or PAGER_MODEL for a real model.")
     else:
-        console.print(f"model {model_name}")
+        console.print(f"model {escape(model_name)}", highlight=False)
     state = f"resumed with {session.turn_count} turns, {len(session.pages)} pages" if session.turn_count else "new session"
     lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
-    console.print(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
-                  f"policy {session.policy.name} · trace {trace}")
+    console.print(Text(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
+                       f"policy {session.policy.name} · trace {trace}"))
+    if tier != "full":
+        console.print(f"a small budget: the short system prompt{', no tools' if tier == 'bare' else ', compact tools'}; "
+                      "automatic paging still brings in what each message needs", highlight=False)
     console.print("type a message, or /help\n")
 
 
@@ -180,19 +210,15 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             if not arg:
                 console.print("usage: /search QUERY")
                 return None
-            table = Table(title=f"search {arg!r}", title_justify="left")
+            table = Table(title=Text(f"search {arg!r}"), title_justify="left")
             for col in ("page", "score", "signals", "best piece"):
                 table.add_column(col, overflow="fold")
             for hit in session.search(arg, k=8):
                 table.add_row(hit.id + (" *" if session.table[hit.n].resident else ""), f"{hit.score:.2f}",
-                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), session.render.snippet(hit, 100))
+                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), Text(session.render.snippet(hit, 100)))
             console.print(table)
         elif name == "/stats":
-            st = session.stats()
-            per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
-            console.print(f"faults {st['faults']} · evictions {st['evictions']} · hits {st['hits']} · hit rate "
-                          f"{st['hit_rate']:.0%} · {st['turns']} turns on {st['pages']} pages · frames "
-                          f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+            console.print(stats_line(session, printer))
         elif name == "/policy":
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")
@@ -203,7 +229,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             session.pin(n) if name == "/pin" else session.unpin(n)
             console.print(f"{name[1:]}ned p{n}")
         else:
-            console.print(f"unknown command {name}; /help lists them")
+            console.print(f"unknown command {escape(name)}; /help lists them", highlight=False)
     except PagerError as exc:
-        console.print(f"[red]{exc}[/]")
+        console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
     return None

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pager.prompts import load
 from pager.tools import MODEL, Dispatcher
 
-from .context import build, message_tokens
+from .context import MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow, LiteLLMModel
+from .llm import ContextOverflow
+from .model import Model
 from .session import Session
 
 
@@ -30,18 +31,88 @@ class Reply:
     error: str = ""            # the model failed; the user's message is still in memory
 
 
+# -- the fixed regions, scaled to the budget -------------------------------------------------------------------
+# The full system prompt and tool schemas take ~800 tokens. Under a small budget they would leave
+# no frame for a page, so the agent steps down: a short prompt with compact schemas (no argument
+# descriptions), then the short prompt and no tools at all (automatic paging alone brings pages in).
+# Each tier needs room for its fixed regions, a memory map, its pages, a message and, with tools,
+# one tool exchange; the smallest budget that works is the last tier's need with one page.
+MESSAGE_ROOM = 64     # tokens a tier keeps for the user's message
+EXCHANGE_ROOM = 256   # tokens a tier with tools keeps for one call and its result (a search of 3 pages)
+TIERS = (("full", "system", 2), ("compact", "system_compact", 1), ("bare", "system_compact", 1))
+
+
+def _compact(schemas: list[dict]) -> list[dict]:
+    """The same tools with each description cut to its first sentence and no argument descriptions."""
+    out = []
+    for schema in schemas:
+        fn = dict(schema["function"])
+        fn["description"] = fn["description"].split(". ")[0].rstrip(".") + "."
+        params = dict(fn["parameters"])
+        params["properties"] = {k: {a: b for a, b in v.items() if a != "description"}
+                                for k, v in params["properties"].items()}
+        fn["parameters"] = params
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _paging(schemas: list[dict]) -> list[dict]:
+    """The paging tools alone: the compact tier has no room for the working state's."""
+    from pager.tools.functions import STATE_TOOLS
+
+    optional = {fn.__name__ for fn in STATE_TOOLS}
+    return [s for s in schemas if s["function"]["name"] not in optional]
+
+
+def _tool_tokens(session: Session, tools: list[dict]) -> int:
+    return session.tokenizer.count(json.dumps(tools, separators=(",", ":"))) if tools else 0
+
+
+def _fixed(session: Session, prefix: str, tools: list[dict]) -> int:
+    """Tokens of the prompt that are not memory and not the message (context.build's arithmetic)."""
+    return session.tokenizer.count(prefix) + session.tokenizer.count(SEPARATOR) + _tool_tokens(session, tools) \
+        + 2 * MESSAGE_OVERHEAD + REPLY_PRIMING
+
+
+def _map_floor(session: Session) -> int:
+    return min(session.home.config.map_reserve, 48)
+
+
+def _need(session: Session, tier: tuple[str, str, int], dispatcher: Dispatcher) -> tuple[int, str, list[dict]]:
+    name, prompt, pages = tier
+    prefix = load(prompt).strip()
+    tools = [] if name == "bare" else dispatcher.schemas() if name == "full" else _compact(_paging(dispatcher.schemas()))
+    need = _fixed(session, prefix, tools) + _map_floor(session) + pages * session.page_tokens + MESSAGE_ROOM \
+        + (EXCHANGE_ROOM if tools else 0)
+    return need, prefix, tools
+
+
+def minimum_budget(session: Session, dispatcher: Dispatcher = MODEL) -> int:
+    """The smallest budget under which a message can be sent and answered."""
+    return _need(session, TIERS[-1], dispatcher)[0]
+
+
+def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int) -> tuple[str, str, list[dict]]:
+    """(tier, system prompt, tool schemas): the richest tier the budget holds."""
+    for tier in TIERS:
+        need, prefix, tools = _need(session, tier, dispatcher)
+        if budget >= need:
+            return tier[0], prefix, tools
+    raise BudgetError(f"a budget of {budget:,} tokens cannot hold a prompt, a page of {session.page_tokens} and a "
+                      f"message; raise --budget to at least {need:,}")
+
+
 class Agent:
-    def __init__(self, session: Session, model: LiteLLMModel, dispatcher: Dispatcher = MODEL,
+    def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user") -> None:
         cfg = session.home.config
         self.session, self.model, self.dispatcher = session, model, dispatcher
         self.max_steps = max_steps or cfg.max_steps
         self.speaker = speaker
-        self.prefix = load("system").strip()
-        self.tools = dispatcher.schemas()
-        self.tool_tokens = session.tokenizer.count(json.dumps(self.tools, separators=(",", ":")))
         window = model.window() - model.output_tokens
         self.budget = min(cfg.budget, window) if window > 0 else cfg.budget
+        self.tier, self.prefix, self.tools = fixed_regions(session, dispatcher, self.budget)
+        self.tool_tokens = _tool_tokens(session, self.tools)
         self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
         self._ts = 0.0
 
@@ -95,9 +166,9 @@ class Agent:
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
-        reply = self._finish(text, step, calls)
-        reply.stopped = True
-        return reply
+        stopped = self._finish(text, step, calls)
+        stopped.stopped = True
+        return stopped
 
     def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
         """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them
@@ -117,8 +188,7 @@ class Agent:
     def _check_fits(self, text: str) -> None:
         """Refuse, before accepting it, a message the prompt could never hold with even one page."""
         s = self.session
-        room = self.budget - s.tokenizer.count(self.prefix) - self.tool_tokens - s.home.config.map_reserve \
-            - s.page_tokens - 32
+        room = self.budget - _fixed(s, self.prefix, self.tools) - _map_floor(s) - s.page_tokens
         size = s.tokenizer.count(text)
         if size > room:
             raise BudgetError(f"message of {size:,} tokens exceeds the {max(room, 0):,} the budget of {self.budget:,} "

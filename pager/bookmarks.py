@@ -10,7 +10,7 @@ identifiers, CJK terms and rare long words; a multi-word name also answers to it
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -62,7 +62,7 @@ def normalize(keyword: str) -> str:
 def extract(text: str, limit: int = 6) -> list[str]:
     """Offline keywords of a page, best first: names, dates, numbers, identifiers, CJK, rare words."""
     body = "\n".join(_strip_speaker(line) for line in text.splitlines() if not _DATE_MARKER.match(line))
-    scored: Counter[str] = Counter()
+    scored: dict[str, float] = defaultdict(float)
     display: dict[str, str] = {}
 
     def add(keyword: str, weight: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import ConfigError
@@ -27,6 +28,11 @@ ENV = {
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
 }
+
+
+# Tokens a chat needs besides one page: the short system prompt, a memory map and a message
+# (pager.agent.minimum_budget computes it from the prompt files; a test holds the two equal).
+CHAT_FLOOR = 178
 
 
 @dataclass(frozen=True)
@@ -62,10 +68,10 @@ class Config:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
         if self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        if self.budget < self.page_tokens + 64:
+        if self.budget < self.page_tokens + CHAT_FLOOR:
             raise ConfigError(
-                f"budget {self.budget} cannot hold one page of {self.page_tokens} tokens and a memory map; "
-                f"raise --budget to at least {self.page_tokens + 64}"
+                f"budget {self.budget} cannot hold a prompt, a memory map, one page of {self.page_tokens} tokens "
+                f"and a message; raise --budget to at least {self.page_tokens + CHAT_FLOOR}"
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")
@@ -94,14 +100,14 @@ class Config:
         return replace(self, **changes)
 
     @classmethod
-    def load(cls, env: dict[str, str] | None = None, **flags) -> "Config":
+    def load(cls, env: Mapping[str, str] | None = None, **flags) -> "Config":
         """Flags that are not None win over the environment, which wins over the defaults."""
-        env = os.environ if env is None else env
-        types = {f.name: f.type for f in fields(cls)}
+        source = os.environ if env is None else env
+        types = {f.name: str(f.type) for f in fields(cls)}   # annotations are strings here ("int")
         values: dict = {}
         for var, name in ENV.items():
-            if env.get(var):
-                values[name] = _coerce(name, types[name], env[var], var)
+            if source.get(var):
+                values[name] = _coerce(name, types[name], source[var], var)
         values.update({k: v for k, v in flags.items() if v is not None})
         return cls(**values)
 

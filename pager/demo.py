@@ -19,6 +19,7 @@ from rich.table import Table
 from . import views
 from .config import Config
 from .context import build
+from .errors import InputError
 from .formats import parse_jsonl
 from .home import Home
 
@@ -37,6 +38,8 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
         config = Config(home=folder, budget=budget, session="demo")
         home = stack.enter_context(Home(config))
         session = home.open()
+        if session.turn_count:
+            raise InputError(f"{folder} already holds the demo's session; give --keep a new folder, or delete that one")
         messages = parse_jsonl(conversation_path(), "demo")["demo"]
         frames = (budget - config.map_reserve) // session.page_tokens
         console.rule("[bold]pager demo[/] · offline · no model, no key")
@@ -47,9 +50,23 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
         results = _ask(session, QUESTIONS, console)
         _report(session, home, results, console)
         _replay(console)
-        console.print(f"\nWall time {time.perf_counter() - started:.1f} s. Next: `pager chat`, `pager ingest FILE`, "
-                      "`pager inspect`, `pager replay TRACE --policy all`, `pager --help`.")
+        console.print(f"\nWall time {time.perf_counter() - started:.1f} s.")
+        _next(console, keep)
         return {"found": sum(r[2] for r in results), "asked": len(results), **session.stats()}
+
+
+def _next(console: Console, keep: Path | None) -> None:
+    """Where to go from here: commands that find data, never an empty session."""
+    if keep:
+        home = f"--home {keep}"
+        console.print(f"The demo's home is kept in {keep}. Next, on it: `pager {home} chat --session demo` "
+                      f"(ask it about the Lisbon offsite), `pager {home} inspect --session demo`, "
+                      f"`pager {home} search 'peanut allergy' --session demo`.", highlight=False, soft_wrap=True)
+    else:
+        console.print("The demo's home was a temporary folder, now removed. To keep it and go on with it: "
+                      "`pager demo --keep DIR`, then `pager --home DIR chat --session demo`.", highlight=False, soft_wrap=True)
+    console.print("With your own conversation: `pager ingest FILE --session NAME`, then `pager chat --session NAME`; "
+                  "`pager sessions` lists what a home holds, `pager --help` everything else.", highlight=False, soft_wrap=True)
 
 
 def _ingest(session, messages: list[dict], console: Console) -> None:
@@ -60,7 +77,7 @@ def _ingest(session, messages: list[dict], console: Console) -> None:
         by_date.setdefault(m["date"], []).append(m)
     weeks = list(by_date.items())
     show = {0, 1, 2, 3, 5, 8, 12, 18, 24, len(weeks) - 1}
-    for i, (date, chunk) in enumerate(weeks):
+    for i, (_date, chunk) in enumerate(weeks):
         session.append_many(chunk)
         if i in show:
             line = views.frame_strip(session)

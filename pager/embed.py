@@ -76,18 +76,37 @@ class LiteLLMEmbedder:
     """A provider's embedding model through litellm (needs its key or server)."""
 
     def __init__(self, model: str, dim: int | None = None) -> None:
+        from .llm import litellm
+
         self.name = model
+        try:
+            litellm().get_llm_provider(model)
+        except Exception:  # noqa: BLE001 - litellm names no provider for it
+            raise ConfigError(f"PAGER_EMBEDDER={model!r} is not an embedder; {OTHERWISE}") from None
+        try:
+            missing = litellm().validate_environment(model=model).get("missing_keys") or []
+        except Exception:  # noqa: BLE001 - a provider litellm cannot tell: the probe below says what is wrong
+            missing = []
+        if missing:
+            raise ConfigError(f"embedder {model} needs {', '.join(missing)} in the environment; set it, or use "
+                              "PAGER_EMBEDDER=wordllama (offline, the default)")
         self.dim = dim or len(self.embed(["dimension probe"])[0])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         from .llm import litellm
 
-        response = litellm().embedding(model=self.name, input=list(texts))
+        try:
+            response = litellm().embedding(model=self.name, input=list(texts))
+        except Exception as exc:  # noqa: BLE001 - litellm's many provider errors, one line for the user
+            text = " ".join(str(exc).split())
+            raise ConfigError(f"embedder {self.name!r} failed ({text[:160]}); {OTHERWISE}") from None
         vectors = np.array([row["embedding"] for row in response.data], dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.where(norms == 0, 1, norms)
 
 
+OTHERWISE = ("use wordllama (offline, the default), hash, or a litellm embedding model such as "
+             "text-embedding-3-small with its key set")
 _CACHE: dict[str, Embedder] = {}
 
 

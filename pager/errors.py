@@ -25,6 +25,10 @@ class PageNotFound(PagerError):
     """A page id that the session does not have."""
 
 
+class SessionNotFound(PagerError):
+    """A session that holds nothing in this home (usually a mistyped name)."""
+
+
 class InputError(PagerError):
     """A file, message or argument that pager cannot accept as it is."""
 
@@ -37,3 +41,7 @@ class StoreError(PagerError):
 
 class ModelError(PagerError):
     """The model provider failed in a way retries did not fix."""
+
+
+class ToolError(PagerError):
+    """A typed Toolkit call the tool refused; the message is the tool's answer and names the fix."""

@@ -53,7 +53,7 @@ def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
         if "\x00" in text or len(text) > MAX_TEXT_CHARS:
             raise InputError(f"{where}: text has a NUL character or exceeds {MAX_TEXT_CHARS:,} characters; nothing was imported")
         speaker = obj.get("speaker") or obj.get("role") or "user"
-        message = {"speaker": str(speaker), "text": text, "role": str(obj.get("role") or "user"),
+        message: dict[str, str | float] = {"speaker": str(speaker), "text": text, "role": str(obj.get("role") or "user"),
                    "date": str(obj.get("date") or ""), "ref": str(obj.get("id") or obj.get("ref") or "")}
         if obj.get("key") is not None:
             if not isinstance(obj["key"], str) or not obj["key"] or len(obj["key"]) > 200:

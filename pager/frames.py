@@ -88,6 +88,7 @@ class Frames:
                 entry = self.table[n]
                 if entry.frame >= count:
                     slot = self.free_slot()
+                    assert slot is not None, "make_room freed a slot for every page kept"
                     self.slots[slot] = n
                     entry.frame = slot
         else:

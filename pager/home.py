@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .journal import Journal
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
 from .tokens import Tokenizer, get_tokenizer
@@ -164,6 +164,9 @@ class Home:
             s = Session(self, key[0], key[1], policy, source=source)
             self.sessions[key] = s
             s.sync()  # turns other live processes hold in their journals, not yet in the store
+        elif policy is not None and policy != self.sessions[key].policy.name:
+            raise ConfigError(f"session {key[1]!r} is already open with policy {self.sessions[key].policy.name}, not "
+                              f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
 
     def exists(self, user: str, session: str) -> bool:
@@ -262,27 +265,34 @@ class Home:
             raise StoreError("this home was opened read-only; open it without read_only to write")
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
         order = sorted(drafts, key=lambda s: s.key())
-        with self._mutex, ExitStack() as stack:
-            locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
-            plans = {}
-            for s in order:
-                s.sync(locks[s])
-                plans[s] = s.number(drafts[s], locks[s].last_turn)
-            written = [s for s in order if plans[s][0]]
-            for s in written:
-                locks[s].intend()
-            try:
-                self.journal.append([{"op": "turn", **t.to_dict()} for s in written for t in plans[s][0]])
-            except BaseException:
+        with self._mutex:
+            with ExitStack() as stack:
+                locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
+                plans = {}
+                for s in order:
+                    s.sync(locks[s])
+                    plans[s] = s.number(drafts[s], locks[s].last_turn)
+                written = [s for s in order if plans[s][0]]
+                ops: list[dict] = []
                 for s in written:
-                    locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
-                raise
-            for s in written:
-                locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
-                s.generation = locks[s].generation
-        for s in order:
-            s.take_accepted(plans[s][0], origin)
-        self.maybe_flush()
+                    locks[s].intend()
+                    if not s.settled:  # the session's first transaction fixes how its pages are cut
+                        ops.append({**s.settings(), "user": s.user, "session": s.name})
+                    ops += [{"op": "turn", **t.to_dict()} for t in plans[s][0]]
+                try:
+                    self.journal.append(ops)
+                except BaseException:
+                    for s in written:
+                        locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
+                    raise
+                for s in written:
+                    locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
+                    s.generation = locks[s].generation
+                    s.settled = True
+            # durable and numbered: the locks are free for others while this process packs
+            for s in order:
+                s.take_accepted(plans[s][0], origin)
+            self.maybe_flush()
         return {s: plans[s][1] for s in order}
 
     def journal_op(self, session, op) -> None:
@@ -484,7 +494,7 @@ class Snapshot:
 
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
         if with_vectors:  # the index cache did not fit: vectors come from the store
-            return self.fallback().pages(user, session, after, with_vectors)
+            return self._store().pages(user, session, after, with_vectors)
         return [p for p in self.saved_pages if p.n > after], []
 
     def bookmarks(self, user: str, session: str) -> list:
@@ -495,11 +505,15 @@ class Snapshot:
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept
-            return self.fallback().turns(user, session, after)
+            return self._store().turns(user, session, after)
         return list(self.tail)
 
     def refresh(self) -> None:
-        self.fallback().refresh()
+        self._store().refresh()
+
+    def _store(self) -> Store:
+        assert self.fallback is not None, "a snapshot is read through Home._snapshot, which sets its fallback"
+        return self.fallback()
 
 
 @contextmanager

@@ -45,6 +45,7 @@ OPS: dict[str, dict] = {
     "turn": _TURN_FIELDS,
     "bookmark": {"user": str, "session": str, "uid": str, "keywords": list, "pages": list},
     "pin": {"user": str, "session": str, "page": int, "pinned": bool},
+    "settings": {"user": str, "session": str, "page_tokens": int, "encoding": str},
     "state": {"user": str, "session": str, "seq": int, "key": str, "value": str, "unset": bool, "page": int,
               "turn": int, "ts": (int, float), "source": str},
 }

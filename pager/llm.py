@@ -1,11 +1,14 @@
-"""Model calls through litellm: imported once, lazily, and quietly.
+"""Model calls through litellm (`LiteLLMModel`), imported once, lazily, and quietly.
+
+The agent loop depends only on pager.model.Model; pager's own models (the offline memory
+shell, scripted replies) run in process as pager.model.HandlerModel, without litellm.
 
 `import litellm` costs seconds and, unconfigured, fetches a price map from the network and
-prints to stdout (which would corrupt an MCP stdio stream). So it is imported only on the
-paths that call a model, with the local price map and debug output off, optionally in a
-background thread while the REPL waits for the first message. pager's own providers
-(`pager/offline`, `pager/script`) are registered as litellm custom providers, so offline and
-scripted sessions run through exactly the same loop as real ones.
+prints to stdout (which would corrupt an MCP stdio stream). So it is imported only when a
+real model is called, with the local price map and debug output off, optionally in a
+background thread while the REPL waits for the first message; the offline shell never
+imports it. pager's own models are also registered as litellm custom providers, so that
+code calling litellm directly (the README's agent loop, with `pager/offline`) reaches them.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import json
 import re
 from collections import deque
 
-from .search import terms
+from .search import QUESTION, QUOTE, echoes, piece_kind, terms
 from .state import parse_statements
 
 BACK_REFERENCE = re.compile(
@@ -61,7 +61,8 @@ class OfflineShell:
 
     def answer(self, question: str, system: str, ranked: list[str] = ()) -> str:
         """Quote the best-matching line of the resident pages, and a runner-up from another page."""
-        wanted = set(terms(question))
+        asked = terms(question)
+        wanted = set(asked)
         scored = []
         for body in _STATE.findall(system):  # the current values: ahead of a page saying the same words
             for line in body.strip().splitlines():
@@ -71,10 +72,15 @@ class OfflineShell:
         for page, date, body in _BLOCK.findall(system):
             bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():
-                have = set(terms(line))
+                words = terms(line)
+                kind = piece_kind(line)
+                if kind == QUOTE or (kind == QUESTION and echoes(words, asked, _speaker_terms(line))):
+                    continue   # its own earlier replies, and the question asked before, are not answers
+                have = set(words)
                 overlap = len(wanted & have)
                 if overlap:
-                    scored.append((overlap / (1 + 0.05 * len(have)) + bonus, page, date.strip(), line.strip()))
+                    weight = 0.5 if kind == QUESTION else 1.0   # a statement answers better than a question
+                    scored.append((weight * overlap / (1 + 0.05 * len(have)) + bonus, page, date.strip(), line.strip()))
         if not scored:
             return "I find nothing about that in memory. (offline memory shell: no LLM configured)"
         scored.sort(key=lambda x: -x[0])
@@ -86,6 +92,11 @@ class OfflineShell:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
         return text[0].upper() + text[1:]
+
+
+def _speaker_terms(line: str) -> set[str]:
+    head, sep, _ = line.partition(": ")
+    return set(terms(head.removesuffix(" (cont.)"))) if sep else set()
 
 
 def _last_user(messages: list[dict]) -> str:

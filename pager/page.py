@@ -101,7 +101,7 @@ def parse_page_id(text: str) -> int | None:
     """The page number of 'p42' (or '42'); None if text is not a page id."""
     text = text.strip().lower()
     digits = text[1:] if text.startswith("p") else text
-    return int(digits) if digits.isdigit() and len(digits) < 12 else None
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 12 else None   # "²" is a digit too
 
 
 @dataclass

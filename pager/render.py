@@ -61,7 +61,7 @@ class Renderer:
         def render(k: int) -> str:
             return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
 
-        for cut in range(cut, -1, -1):  # the estimate is cautious: step down until it fits ...
+        for cut in range(cut, -1, -1):  # noqa: B020 - the estimate is cautious: step down until it fits ...
             if self.s.tokenizer.count(render(cut)) <= limit:
                 text = render(cut)
                 break

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
-from .errors import InputError
+from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
 from .state import Change
@@ -252,8 +252,8 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "state_in":   # a state change another process made, taken in by sync
             session.state.take([_change(event)])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
-            session.apply_written([Written(parse_page_id(m["page"]), tuple(m["keywords"]), m.get("note", ""))
-                                   for m in event["marks"]])
+            session.apply_written([Written(n, tuple(m["keywords"]), m.get("note", ""))
+                                   for m in event["marks"] if (n := parse_page_id(m["page"])) is not None])
         if check:
             run.divergence = _first_divergence(compare, live)
             if run.divergence:
@@ -263,6 +263,9 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
 def _resume(session, event: dict, policy: str | None) -> None:
     session.in_use = set()
     turns = event["turns"]
+    state = event["state"]
+    if "encoding" in state:  # pages were cut as the recorded session cut them, whatever its model
+        session.settle(state["page_tokens"], state["encoding"])
     if turns:
         session.append_many([dict(t) for t in turns], origin="snapshot")
     state = dict(event["state"])
@@ -278,15 +281,20 @@ def _change(event: dict) -> Change:
 
 
 def _command(session, line: str, keep_policy: bool) -> None:
+    """What a chat's slash command did to the session; a mistyped one did nothing there (chat
+    printed the error and went on), so it does nothing here."""
     name, _, arg = line.partition(" ")
     arg = arg.strip()
-    if name == "/search" and arg:
-        session.search(arg, k=8)
-    elif name == "/policy" and not keep_policy:
-        session.set_policy(arg)
-    elif name in ("/pin", "/unpin"):
-        n = session.resolve(arg)
-        session.pin(n) if name == "/pin" else session.unpin(n)
+    try:
+        if name == "/search" and arg:
+            session.search(arg, k=8)
+        elif name == "/policy" and not keep_policy:
+            session.set_policy(arg)
+        elif name in ("/pin", "/unpin"):
+            n = session.resolve(arg)
+            session.pin(n) if name == "/pin" else session.unpin(n)
+    except PagerError:
+        pass
 
 
 def _comparable(events: Iterable[dict]) -> list[dict]:

@@ -78,6 +78,35 @@ def terms(text: str) -> list[str]:
     return out
 
 
+# -- echoes: pieces that repeat the query or quote another page ----------------------------------------------
+# A chat stores its own questions and replies. Asked twice, the first asking matches the question
+# better than the page holding the answer does, and a reply that quoted a page matches as well as
+# the page itself: echoes of the query. They keep ECHO of their score, so the page that holds
+# the answer ranks first and the echo stays findable.
+ECHO = 0.2
+PLAIN, QUESTION, QUOTE = 0, 1, 2
+_QUOTES_PAGE = re.compile(r"(?:^|: |\. |\b[Aa]lso )[Ff]rom p\d+(?: \([^()\n]*\))?: “")
+SHELL_NOTE = "(offline memory shell"   # the offline shell's replies that quote nothing say so
+
+
+def piece_kind(text: str) -> int:
+    """QUOTE for a reply that quotes pages (the offline shell's answers, "From p5 (…): “…”") or
+    notes that it is the shell; QUESTION for a question; PLAIN otherwise."""
+    if _QUOTES_PAGE.search(text) or SHELL_NOTE in text:
+        return QUOTE
+    return QUESTION if "?" in text else PLAIN
+
+
+def echoes(words, query_words, names=frozenset()) -> bool:
+    """Does a question with these terms say little beyond the query (names of speakers aside)?
+    Terms compare by their first six letters, so "allergic" echoes "allergy"."""
+    own, wanted = {w[:6] for w in set(words) - names}, {w[:6] for w in set(query_words) - names}
+    if not own or not wanted:
+        return False
+    shared = len(own & wanted)
+    return shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)
+
+
 @dataclass
 class Hit:
     """One ranked page and why: the fused score and each signal's share."""
@@ -180,7 +209,7 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 4  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 5  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
@@ -206,6 +235,7 @@ class Index:
         self.piece_ts: list[float] = []
         self.piece_terms: list[tuple[str, ...]] = []   # each piece's own terms, for feedback
         self.piece_importance: list[float] = []
+        self.piece_kind: list[int] = []          # PLAIN, QUESTION or QUOTE
         self.page_pieces: dict[int, list[int]] = {}
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
@@ -244,6 +274,10 @@ class Index:
             self.piece_speaker.append(self.speaker_ids.setdefault(speaker, len(self.speaker_ids)))
             self.piece_ts.append(page.ts_first)
             self.piece_importance.append(page.importance)
+            kind = piece_kind(text)
+            if self.piece_kind and self.piece_kind[-1] == QUOTE and text.split(": ", 1)[0].endswith("(cont.)"):
+                kind = QUOTE    # the rest of a long quoting reply, continued from the page before
+            self.piece_kind.append(kind)
             self.speakers.add(speaker)
             self.vocabulary.add(text)
             ids.append(piece)
@@ -289,12 +323,12 @@ class Index:
             signals["recency"] = np.exp2((arrays["page"] - self._last_page) / self.RECENCY_HALF_LIFE)
         if weights["importance"] > 0:
             signals["importance"] = arrays["importance"]
-        fused = self._fuse(signals, weights)
+        fused = self._demote(self._fuse(signals, weights), query_terms)
         if deep:
             added = self._feedback(fused, weighted)
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
-                fused = self._fuse(signals, weights)
+                fused = self._demote(self._fuse(signals, weights), query_terms)
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
 
     @staticmethod
@@ -304,6 +338,22 @@ class Index:
             top = float(values.max())
             if top > 0:
                 fused += weights[name] * values / top
+        return fused
+
+    def _demote(self, fused: np.ndarray, query_terms: list[str], pool: int = 64) -> np.ndarray:
+        """Echoes keep ECHO of their score: every quoting reply, and those of the best pieces that
+        are questions saying little beyond this query."""
+        kind = self._arrays()["kind"]
+        self._cache["echoed"] = set()   # for this search's explanation (see _pages)
+        if self._cache["quotes"]:
+            fused = np.where(kind == QUOTE, fused * ECHO, fused).astype(fused.dtype)
+        m = min(pool, len(fused))
+        best = np.argpartition(-fused, m - 1)[:m] if m < len(fused) else np.arange(len(fused))
+        names = {t for s in self.speakers for t in terms(s)}
+        for piece in best.tolist():
+            if kind[piece] == QUESTION and fused[piece] > 0 and echoes(self.piece_terms[piece], query_terms, names):
+                fused[piece] *= ECHO
+                self._cache.setdefault("echoed", set()).add(piece)
         return fused
 
     def _feedback(self, fused: np.ndarray, weighted: dict[str, float]) -> dict[str, float]:
@@ -335,6 +385,8 @@ class Index:
                 "speaker": np.array(self.piece_speaker, dtype=np.int32),
                 "ts": np.array(self.piece_ts, dtype=np.float64),
                 "importance": np.array(self.piece_importance, dtype=np.float32),
+                "kind": np.array(self.piece_kind, dtype=np.int8),
+                "quotes": QUOTE in self.piece_kind,
                 "page": np.array(self.piece_page, dtype=np.float32),
                 "numbers": numbers,
                 "starts": np.array([self.page_pieces[n][0] for n in numbers.tolist()], dtype=np.int64),
@@ -393,6 +445,8 @@ class Index:
                 continue
             n, piece = int(numbers[i]), int(starts[i] + np.argmax(fused[starts[i] : ends[i]]))  # first best piece
             parts = {name: round(float(v[piece]), 4) for name, v in signals.items() if v[piece] > 0}
+            if arrays["kind"][piece] == QUOTE or piece in arrays["echoed"]:
+                parts["echo"] = ECHO
             if episode[i] > 0:
                 parts["episode"] = round(float(episode[i]), 4)
             if n in bookmark_hits:

@@ -7,7 +7,6 @@ Pages are never deleted: eviction only changes residency.
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from dataclasses import replace
@@ -16,13 +15,13 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from . import bookmarks as bm
-from .errors import BudgetError, InputError, PageNotFound
+from .errors import BudgetError, InputError, PageNotFound, StoreError
 from .frames import Frames
 from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
-from .search import Hit, Index, label_time, terms
+from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
 from .state import Change, State, check as check_state
 from .store import Batch
 from .trace import Events
@@ -56,13 +55,17 @@ class Session:
         self.clock = home.clock
         self.events = Events(home.clock)
         state = (source or home.store).state(user, name) or {}
+        # how pages are cut is the session's, not the process's: every process that packs the session must
+        # seal the same pages, whatever model (and tokenizer) it talks to. Fixed by the first transaction
+        # (a `settings` op in its journal frame), then kept in the stored state.
         self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
+        self.settled = "page_tokens" in state
         self.policy = make_policy(policy or state.get("policy") or cfg.policy)
         self.table = PageTable()
         self.pages: dict[int, Page] = {}
         self.directory = bm.Directory()
         self.index = Index(home.embedder.dim)
-        self.packer = Packer(name, self.tokenizer, self.page_tokens, user=user)
+        self.packer = Packer(name, self._pack_tokenizer(state.get("encoding")), self.page_tokens, user=user)
         self.frames = Frames(max(1, (cfg.budget - cfg.map_reserve) // self.page_tokens), self.table, self.policy)
         self.tick = 0
         self.turn_count = 0                 # every turn up to this one is on a page or the open tail
@@ -85,6 +88,27 @@ class Session:
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
             self._state_stored = self.paging_state(every=False)
+
+    def _pack_tokenizer(self, encoding: str | None):
+        if not encoding or encoding == self.tokenizer.name:
+            return self.tokenizer
+        from .tokens import get_tokenizer
+
+        return get_tokenizer(encoding)
+
+    def settings(self) -> dict:
+        """How this session's pages are cut: the op the first transaction writes."""
+        return {"op": "settings", "page_tokens": self.page_tokens, "encoding": self.packer.tokenizer.name}
+
+    def settle(self, page_tokens: int, encoding: str) -> None:
+        """Adopt the session's settings as its first transaction fixed them (before any turn is packed)."""
+        if self.settled:
+            return
+        if self.turn_count or self.packer.pieces:
+            raise StoreError(f"session {self.name!r} was packed before its settings arrived; run `pager check`")
+        self.page_tokens = self.packer.page_tokens = int(page_tokens)
+        self.packer.tokenizer = self._pack_tokenizer(encoding)
+        self.settled = True
 
     # -- identity -----------------------------------------------------------------------------------
     @property
@@ -322,6 +346,9 @@ class Session:
             return
         ops = [op for op in self.home.journal.read_new(self.journal_offsets)
                if op["user"] == self.user and op["session"] == self.name]
+        for op in ops:
+            if op["op"] == "settings":
+                self.settle(op["page_tokens"], op["encoding"])
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self._take(turns, announce="other process")
         last = max([last] + [t.turn for t in turns])
@@ -339,6 +366,9 @@ class Session:
     def adopt(self, ops: list[dict]) -> int:
         """A dead process's journal ops for this session (recovery): its turns, bookmarks and pins are
         ours to write to the store now. Returns the turns it held."""
+        for op in ops:
+            if op["op"] == "settings":
+                self.settle(op["page_tokens"], op["encoding"])
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self.pending.turns += turns  # the store keeps each turn once, whoever writes it
         self._take(turns)
@@ -448,12 +478,12 @@ class Session:
             self.emit("resize", frames=count, was=before)
 
     # -- bookmarks ------------------------------------------------------------------------------------
-    def bookmark(self, pages: Iterable[int], keywords: Iterable[str], note: str = "", source: str = "model") -> bm.Bookmark:
-        pages = tuple(self.resolve(p) for p in pages)
-        keywords = tuple(k.strip() for k in keywords if k and k.strip())
-        if not keywords:
+    def bookmark(self, pages: Iterable[int | str], keywords: Iterable[str], note: str = "", source: str = "model") -> bm.Bookmark:
+        numbers = tuple(self.resolve(p) for p in pages)
+        words = tuple(k.strip() for k in keywords if k and k.strip())
+        if not words:
             raise InputError("a bookmark needs at least one keyword")
-        return self._bookmark(keywords, pages, note.strip(), source)
+        return self._bookmark(words, numbers, note.strip(), source)
 
     def _bookmark(self, keywords: tuple[str, ...], pages: tuple[int, ...], note: str, source: str) -> bm.Bookmark:
         mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())
@@ -543,10 +573,17 @@ class Session:
         return hits
 
     def _tail_hit(self, query: str) -> Hit | None:
-        wanted = set(terms(query))
+        query_terms = terms(query)
+        wanted = set(query_terms)
+        names = {t for s in self.index.speakers | {piece.turn.speaker.lower() for piece in self.packer.pieces}
+                 for t in terms(s)}
         best, where = 0, -1
         for i, piece in enumerate(self.packer.pieces):
-            overlap = len(wanted & set(terms(piece.line)))
+            have = terms(piece.line)
+            kind = piece_kind(piece.line)
+            if kind == QUOTE or (kind == QUESTION and echoes(have, query_terms, names)):
+                continue   # an echo of the query is not what it asks for
+            overlap = len(wanted & set(have))
             if overlap > best:
                 best, where = overlap, i
         if not best:
@@ -582,26 +619,18 @@ class Session:
     def resident(self) -> list[int]:
         return sorted(n for n in self.frames.slots if n is not None)
 
-    def checkpoint(self) -> tuple:
-        """The paging state (not the pages): restore() returns to it exactly."""
-        table = PageTable({n: copy.copy(e) for n, e in self.table.items()})
-        return table, list(self.frames.slots), copy.copy(self.policy), self.tick, dict(self.counters)
-
-    def restore(self, checkpoint: tuple) -> None:
-        table, slots, policy, self.tick, counters = checkpoint
-        self.table = PageTable({n: copy.copy(e) for n, e in table.items()})
-        self.policy, self.counters = copy.copy(policy), dict(counters)
-        self.frames.table, self.frames.policy, self.frames.slots = self.table, self.policy, list(slots)
-        self.in_use = set()
-
     def paging_state(self, every: bool = True) -> dict:
-        """The page table, frame slots, CLOCK hand and counters: what replay resumes from exactly,
-        and (with only the used entries) what the store keeps for the next process."""
-        return {"page_tokens": self.page_tokens, "table": self.table.snapshot(every), "slots": list(self.frames.slots),
+        """The page table, frame slots, CLOCK hand and counters: the one representation of the
+        paging state. Replay resumes from it and the benchmark returns to it (every entry); the
+        store keeps it for the next process (only the used entries)."""
+        return {"page_tokens": self.page_tokens, "encoding": self.packer.tokenizer.name,
+                "table": self.table.snapshot(every), "slots": list(self.frames.slots),
                 "tick": self.tick, "counters": dict(self.counters), "policy": self.policy.name,
                 "hand": getattr(self.policy, "hand", 0)}
 
     def load_paging_state(self, state: dict) -> None:
+        """Return to a paging state exactly (pages themselves are untouched)."""
+        self.in_use = set()
         self.table.restore(state["table"])
         self.frames.slots = list(state["slots"])
         self.tick, self.counters = state["tick"], dict(state["counters"])

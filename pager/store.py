@@ -174,7 +174,7 @@ class LanceStore:
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
         try:
-            kwargs = {}
+            kwargs: dict = {}
             if read_consistency_s is not None:
                 from datetime import timedelta
 
@@ -286,6 +286,16 @@ class LanceStore:
         where a merge would join against the whole table."""
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
+        # the page table first: a reader that sees a session's turns also sees how its pages are cut
+        if batch.states:
+            import pyarrow as pa
+
+            now = time.time()
+            rows = [{"user": u, "session": s, "state": json.dumps(v), "ts": now} for (u, s), v in batch.states.items()]
+            data = pa.Table.from_pylist(rows, schema=self._schemas()["states"])
+            table = self._tables["states"]
+            self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
+                        .when_not_matched_insert_all().execute(data))
         if batch.turns:
             self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
         if batch.pages:
@@ -296,15 +306,6 @@ class LanceStore:
                  "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
         if batch.changes:
             self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
-        if batch.states:
-            import pyarrow as pa
-
-            now = time.time()
-            rows = [{"user": u, "session": s, "state": json.dumps(v), "ts": now} for (u, s), v in batch.states.items()]
-            data = pa.Table.from_pylist(rows, schema=self._schemas()["states"])
-            table = self._tables["states"]
-            self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
-                        .when_not_matched_insert_all().execute(data))
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa

@@ -34,12 +34,14 @@ class Timeline:
     columns: list[Column] = field(default_factory=list)
     pages: dict[int, str] = field(default_factory=dict)
     title: str = ""
+    faults: int = 0       # fault events of the run (a page entering a frame)
+    evictions: int = 0    # evict events of the run (a page leaving a frame, by policy or page_out)
 
 
 def collect(path: Path) -> Timeline:
     """Replay the trace and keep the frame map at every assembled context."""
     timeline = Timeline(title=Path(path).name)
-    seen = {"events": 0, "message": ""}
+    seen: dict = {"events": 0, "message": ""}
 
     def on_context(i, ctx, session, events) -> None:
         new = events[seen["events"]:]
@@ -57,7 +59,8 @@ def collect(path: Path) -> Timeline:
             if n is not None and n not in timeline.pages:
                 timeline.pages[n] = session.render.header(n) + "\n" + (session.render.body(n) or "")
 
-    replay(path, on_context=on_context)
+    run = replay(path, on_context=on_context)
+    timeline.faults, timeline.evictions = run.count("fault"), run.count("evict")   # what `trace show` counts
     return timeline
 
 
@@ -92,14 +95,13 @@ def render(timeline: Timeline) -> str:
     legend = ('<span style="background:#ffd84d">faulted in</span> <span style="background:#cfcfcf">resident</span> '
               '<span style="background:#d58be3">pinned</span> <span style="background:#7fd6e8">open tail</span> '
               '<span style="color:#d62728">◥ evicted from this frame</span>')
-    faults = sum(len(c.faulted) for c in timeline.columns)
-    evictions = sum(len(c.evicted_frames) for c in timeline.columns)
+    faults, evictions = timeline.faults, timeline.evictions
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>pager timeline · {html.escape(timeline.title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:16px}} .wrap{{overflow-x:auto;border:1px solid #ddd}}
 span{{padding:1px 6px;margin-right:6px;border-radius:3px}} g.c:hover rect{{stroke:#000;stroke-width:1.5}}</style></head>
 <body><h2>pager timeline · {html.escape(timeline.title)}</h2>
-<p>{len(timeline.columns)} model calls · {rows} frames at most · {faults} faults · {evictions} frames evicted · hover a cell for the page</p>
+<p>{len(timeline.columns)} model calls · {rows} frames at most · {faults} faults · {evictions} evictions · hover a cell for the page</p>
 <p>{legend}</p><div class="wrap">{''.join(parts)}</div></body></html>
 """
 

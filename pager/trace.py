@@ -55,12 +55,16 @@ class Events:
 
 
 class TraceWriter:
-    """Appends events to a JSONL file, one line each, flushed as written."""
+    """Appends events to a JSONL file, one line each, flushed as written.
+
+    A trace is a record, not the memory: when the disk refuses a line (full, gone), writing
+    stops, `error` says why, and the session goes on (its turns are in the journal)."""
 
     def __init__(self, path: Path, note: str = "") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
+        self.error = ""
         if note and self.path.stat().st_size == 0:
             self._write({"v": TRACE_VERSION, "seq": 0, "kind": "note", "text": note})
 
@@ -68,14 +72,35 @@ class TraceWriter:
         self._write(event.to_dict())
 
     def _write(self, obj: dict) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
-        self._fh.flush()
+        if self.error:
+            return
+        try:
+            line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+            line.encode("utf-8")
+        except UnicodeEncodeError:   # a lone surrogate: escaped, it is still valid JSON and reads back the same
+            line = json.dumps(obj, separators=(",", ":"))
+        try:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} writing {self.path}"
+            try:
+                self._fh.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            except OSError as exc:
+                self.error = self.error or f"{exc.strerror or exc} writing {self.path}"
+            finally:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass
 
 
 def new_trace_path(home: Path, user: str, session: str, kind: str) -> Path:

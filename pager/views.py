@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 from rich.table import Table
 from rich.text import Text
 
 from .session import Session
 
 
-def frame_strip(session: Session, fresh: set[int] = frozenset()) -> Text:
+def frame_strip(session: Session, fresh: Set[int] = frozenset()) -> Text:
     """One cell per frame: [p12] coloured by state (tail, pinned, just faulted, referenced), · when free."""
     out = Text()
     for n in session.frames.slots:
@@ -39,8 +41,8 @@ def legend() -> Text:
 
 def frame_table(session: Session) -> Table:
     """Which page is in which frame, its tokens as a bar, its flags and bookmarks."""
-    table = Table(title=f"frames of session {session.name!r} ({session.frames.used()}/{session.frames.count} used, "
-                  f"{session.page_tokens} tokens each)", title_justify="left")
+    table = Table(title=Text(f"frames of session {session.name!r} ({session.frames.used()}/{session.frames.count} used, "
+                       f"{session.page_tokens} tokens each)"), title_justify="left")
     for name in ("frame", "page", "tokens", "fill", "flags", "date", "bookmarks"):
         table.add_column(name, justify="right" if name in ("frame", "tokens") else "left")
     cap = session.page_tokens
@@ -53,7 +55,7 @@ def frame_table(session: Session) -> Table:
         filled = round(10 * tokens / cap)
         flags = " ".join(f for f, on in (("tail", n == session.tail_n), ("pinned", e.pinned), ("ref", e.referenced)) if on)
         table.add_row(str(slot), f"p{n}", str(tokens), "█" * filled + "░" * (10 - filled), flags,
-                      session.render.page_dates(n), ", ".join(session.directory.keywords(n)[:4]))
+                      session.render.page_dates(n), Text(", ".join(session.directory.keywords(n)[:4])))
     return table
 
 
@@ -76,7 +78,7 @@ def bookmark_table(session: Session, limit: int = 40) -> Table:
     table.add_column("keywords")
     table.add_column("notes")
     for n in sorted(session.directory.by_page, reverse=True)[:limit]:
-        table.add_row(f"p{n}", ", ".join(session.directory.keywords(n)), "; ".join(session.directory.notes.get(n, [])))
+        table.add_row(f"p{n}", Text(", ".join(session.directory.keywords(n))), Text("; ".join(session.directory.notes.get(n, []))))
     return table
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pager.prompts import render
 
-from .llm import LiteLLMModel
+from .model import Model
 from .page import Page
 
 MAX_KEYWORDS = 8
@@ -35,7 +35,7 @@ class Written:
 class BookmarkWriter:
     """Asks `model` for keywords of up to `batch` pages per call."""
 
-    def __init__(self, model: LiteLLMModel, batch: int = 8) -> None:
+    def __init__(self, model: Model, batch: int = 8) -> None:
         self.model, self.batch = model, batch
 
     def write(self, pages: list[Page]) -> list[Written]:

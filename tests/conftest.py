@@ -48,6 +48,19 @@ def lance_home(config):
         home.close()
 
 
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 3 MB tmpfs, for disks that really fill up (needs root to mount; skipped otherwise)."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 def say(session, n, start=0, words=12):
     """Append n turns with distinct, checkable text."""
     msgs = [{"speaker": "ann" if i % 2 else "bob", "text": f"turn {i} says " + " ".join(f"w{i}x{j}" for j in range(words))}

@@ -1,6 +1,5 @@
 """The agent loop through litellm: the offline shell, scripted replies, failures that never crash."""
 
-import json
 
 import pytest
 
@@ -69,7 +68,7 @@ def test_scripted_tool_calls_page_in_and_bookmark(mem_home):
     ("bookmark", '{"page_ids": ["p1"]}', "missing required argument 'keywords'"),
     ("search", '{"query": "x", "k": "many"}', "whole number"),
     ("format_disk", "{}", "unknown tool"),
-    ("pin", '{"page_id": "p1"}' * 1, ""),
+    ("pin", '{"page_id": "p1"}' * 2, "not valid JSON (Extra data"),   # two objects run together
 ])
 def test_malformed_tool_calls_come_back_as_text(mem_home, name, arguments, expect):
     s = mem_home.open("a")

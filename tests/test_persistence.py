@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-from conftest import run_py
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home

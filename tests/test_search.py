@@ -1,6 +1,5 @@
 """Fusion, dates and the automatic-paging search."""
 
-import time
 from datetime import datetime
 
 from pager.context import build
@@ -89,11 +88,11 @@ def test_a_page_ranks_higher_when_its_episode_is_about_the_query(mem_home):
     said = []
 
     def stretch(day: int, topic: str):
-        for i in range(40):
+        for _ in range(40):
             s.append("ann", topic, **_day(day))
         s.append("bob", "I bought a kayak.", **_day(day))
         said.append(s.turn_count)
-        for i in range(40):
+        for _ in range(40):
             s.append("ann", topic, **_day(day))
 
     # the same sentence among the same neighbours on two days; day 1 is also about kayaking

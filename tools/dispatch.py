@@ -7,17 +7,13 @@ failure of pager (PagerError) likewise. Nothing a model sends can end a session.
 
 from __future__ import annotations
 
-import inspect
 import json
-import typing
-from typing import Callable, get_args, get_origin, get_type_hints
+from typing import Callable
 
 from pager.errors import PagerError
 
 from .functions import AGENT_TOOLS, MODEL_TOOLS, Mistake
-from .schema import schema_of
-
-MAX_ARGUMENT_CHARS = 100_000
+from .schema import MAX_ARGUMENT_CHARS, params_of, schema_of
 
 
 class Dispatcher:
@@ -25,11 +21,16 @@ class Dispatcher:
 
     def __init__(self, functions: tuple[Callable, ...] = MODEL_TOOLS) -> None:
         self.functions = {fn.__name__: fn for fn in functions}
+        self._params = {fn.__name__: params_of(fn) for fn in functions}   # the type walk, once per tool
         self._schemas = [schema_of(fn) for fn in functions]
 
     @property
     def names(self) -> list[str]:
         return list(self.functions)
+
+    def params(self, name: str) -> list:
+        """The parameters of tool `name` as the dispatcher checks them (empty for an unknown tool)."""
+        return list(self._params.get(name, ()))
 
     def schemas(self) -> list[dict]:
         return json.loads(json.dumps(self._schemas))
@@ -67,8 +68,7 @@ class Dispatcher:
                 raise ValueError(f"arguments are not valid JSON ({exc.msg} at {exc.pos}); send a JSON object") from None
         if not isinstance(arguments, dict):
             raise ValueError("arguments must be a JSON object of named parameters")
-        hints = get_type_hints(fn)
-        params = list(inspect.signature(fn).parameters.values())[1:]
+        params = self._params[fn.__name__]
         known = {p.name for p in params}
         unknown = set(arguments) - known
         if unknown:
@@ -76,50 +76,11 @@ class Dispatcher:
         out = {}
         for p in params:
             if p.name not in arguments:
-                if p.default is inspect.Parameter.empty:
+                if p.required:
                     raise ValueError(f"missing required argument {p.name!r}")
                 continue
-            out[p.name] = _coerce(p.name, arguments[p.name], hints[p.name])
+            out[p.name] = p.kind.coerce(p.name, arguments[p.name])
         return out
-
-
-def _coerce(name: str, value, hint):
-    """Accept what a model plausibly meant ("5" for 5, "p3" for ["p3"]); refuse the rest clearly."""
-    origin = get_origin(hint)
-    if origin in (typing.Union,):
-        hint = next(a for a in get_args(hint) if a is not type(None))
-        origin = get_origin(hint)
-    if origin is list:
-        (item,) = get_args(hint)
-        if isinstance(value, (str, int)):
-            value = [value]
-        if not isinstance(value, list):
-            raise ValueError(f"{name} must be a list")
-        return [_coerce(name, v, item) for v in value]
-    if hint is str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string")
-        if len(value) > MAX_ARGUMENT_CHARS:
-            raise ValueError(f"{name} of {len(value):,} characters is too long (limit {MAX_ARGUMENT_CHARS:,}); "
-                             "split it into several calls")
-        if "\x00" in value:
-            raise ValueError(f"{name} contains a NUL character")
-        return value
-    if hint is int:
-        if isinstance(value, bool):
-            raise ValueError(f"{name} must be a whole number")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
-    if hint is bool and isinstance(value, bool):
-        return value
-    raise ValueError(f"{name} has the wrong type")
 
 
 MODEL = Dispatcher(MODEL_TOOLS)

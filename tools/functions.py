@@ -7,6 +7,8 @@ The first parameter is the session, injected by the dispatcher.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pager.errors import PagerError
 from pager.page import parse_page_id
 from pager.session import Session
@@ -31,7 +33,7 @@ def search(session: Session, query: str, k: int = 5) -> str:
         query: words, names, numbers or dates to look for
         k: how many pages to return (1-20)
     """
-    k = max(1, min(int(k), 20))
+    k = max(1, min(k, 20))
     hits = session.search(query, k=k)
     history = _state_history(session, query)
     if not hits:
@@ -82,7 +84,7 @@ def page_in(session: Session, page: str) -> str:
         if not found:
             hits = session.search(target, k=1, record=False)
             if not hits:
-                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids")
+                raise Mistake(f"no page is called or bookmarked {target!r}; call search first to find page ids") from None
             found = [hits[0].n]
         numbers = found[:3]
     moved = []
@@ -151,14 +153,13 @@ def unpin(session: Session, page_id: str) -> str:
 
 
 def state_set(session: Session, key: str, value: str) -> str:
-    """Record a current fact about the user or the task in the working state, which is always
-    in your context: their city, a deadline, a dose, an order id. Use it when something is
-    stated that stays true until changed; setting a key again replaces the value shown, and
-    the old value stays in memory with its date.
+    """Keep a current fact in the working state, which is always in your context. For what
+    stays true until changed (a city, a deadline, a dose); a new value replaces the old one,
+    which stays in memory.
 
     Args:
-        key: a short name, like "home city" or "project deadline"
-        value: the current value, short, like "Berlin" or "14 March"
+        key: a short name, like "home city"
+        value: the current value, like "Berlin"
     """
     change = session.set_state(key, value)
     if change is None:
@@ -167,11 +168,10 @@ def state_set(session: Session, key: str, value: str) -> str:
 
 
 def state_unset(session: Session, key: str) -> str:
-    """Remove a key from the working state when it is no longer true or no longer matters.
-    Its history stays in memory.
+    """Remove a key from the working state. Its history stays in memory.
 
     Args:
-        key: the key to remove, as shown in the state
+        key: the key, as the state shows it
     """
     change = session.set_state(key, None)
     if change is None:
@@ -180,7 +180,7 @@ def state_unset(session: Session, key: str) -> str:
     return f"state {change.key!r} unset (change {change.seq})"
 
 
-def remember(session: Session, text: str, role: str = "user", speaker: str = "") -> str:
+def remember(session: Session, text: str, role: Literal["user", "assistant"] = "user", speaker: str = "") -> str:
     """Append a message to memory (durable before this returns). For agents that keep their
     own conversation and use pager as its memory.
 
@@ -189,8 +189,6 @@ def remember(session: Session, text: str, role: str = "user", speaker: str = "")
         role: "user" or "assistant"
         speaker: a name to show instead of the role
     """
-    if role not in ("user", "assistant"):
-        raise Mistake("role must be 'user' or 'assistant'")
     turn = session.append(speaker or role, text, role=role, origin="tool")
     session.write_bookmarks()   # a call to the bookmark model, if one is set, once a batch of pages has sealed
     return f"remembered as turn {turn.turn} on p{session.tail_n}"
@@ -206,10 +204,11 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
     """
     from pager.context import build
 
-    budget = max(256, min(int(budget), 200_000))
+    budget = max(256, min(budget, 200_000))
     ctx = build(session, message=query, budget=budget, chat=False)
     return ctx.memory
 
 
-MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin, state_set, state_unset)
+STATE_TOOLS = (state_set, state_unset)   # left out of the compact tier of a small budget (pager.agent)
+MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin) + STATE_TOOLS
 AGENT_TOOLS = MODEL_TOOLS + (remember, context)

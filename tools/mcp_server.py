@@ -9,11 +9,13 @@ is a resource. Nothing but protocol is written to stdout.
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from typing import Any
 
 from .functions import AGENT_TOOLS
 from .schema import parse_docstring, schema_of
-from .toolkit import Toolkit
+from .toolkit import Toolkit, unreadable
 
 MEMORY_MAP = "pager://memory-map"
 
@@ -39,7 +41,17 @@ def build(toolkit: Toolkit):
         call.__annotations__ = {p.name: Any for p in params} | {"return": str}
         call.__name__ = fn.__name__
         tool = Tool.from_function(call, name=fn.__name__, description=parse_docstring(fn)[0])
-        return tool.model_copy(update={"parameters": schema_of(fn)["function"]["parameters"]})
+        return Strict.model_construct(**dict(tool.model_copy(update={"parameters": schema_of(fn)["function"]["parameters"]})))
+
+    class Strict(Tool):
+        """The SDK drops arguments its signature does not name; the Python API refuses them, and so does this."""
+
+        async def run(self, arguments, context, convert_result=False):
+            if UNREADABLE in (arguments or {}):
+                raise ToolError(str(arguments[UNREADABLE]))
+            if set(arguments or {}) - set(self.parameters.get("properties", {})):
+                raise ToolError(toolkit.run(self.name, arguments)[0])   # the dispatcher's refusal, word for word
+            return await super().run(arguments, context, convert_result)
 
     server = MCPServer("pager", log_level="WARNING", instructions=(
         "Paged memory for this conversation. Use `remember` to append turns, `search` and `page_in` to find and "
@@ -60,10 +72,68 @@ def build(toolkit: Toolkit):
 
 def serve(toolkit: Toolkit) -> None:
     """Serve on stdin/stdout until the client closes the stream."""
+    import anyio
+
     from pager.session import settle
 
     settle()
     try:
-        build(toolkit).run("stdio")
+        anyio.run(_serve_stdio, build(toolkit))
     finally:
         toolkit.close()
+
+
+async def _serve_stdio(server) -> None:
+    """MCPServer.run("stdio"), reading stdin through `answerable` (the SDK drops, without a reply,
+    a line it cannot parse: a lone surrogate, nesting too deep for its parser)."""
+    import io
+    import sys
+
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    async with stdio_server(stdin=_Answerable(stdin)) as (read, write):  # type: ignore[arg-type]  # duck-typed
+        low = server._lowlevel_server
+        await low.run(read, write, low.create_initialization_options())
+
+
+class _Answerable:
+    def __init__(self, lines) -> None:
+        self.lines = lines.__aiter__()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        return answerable(await self.lines.__anext__())
+
+
+UNREADABLE = "pager:unreadable"   # an argument no schema has: the tool answers its text as an error
+_ID = re.compile(r'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+_CALL = re.compile(r'"method"\s*:\s*"tools/call"')
+_NAME = re.compile(r'"name"\s*:\s*"([A-Za-z_][\w-]*)"')
+
+
+def answerable(line: str) -> str:
+    """The line, or for a tools/call the SDK could not parse, a call of the same id that the tool
+    answers with what was wrong, so the client gets a reply."""
+    import mcp_types
+
+    try:
+        mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return line
+    except Exception:  # noqa: BLE001 - whatever the SDK's parser refuses
+        pass
+    ident, name = _ID.search(line), _NAME.search(line)
+    if not (ident and _CALL.search(line)):
+        return line   # not a tool call we can answer; the SDK handles it as it does
+    try:
+        params = json.loads(line)["params"]
+        problem = unreadable(params["name"], params.get("arguments")) or "the request is not valid MCP"
+    except RecursionError:
+        problem = "the arguments are nested too deeply to read; send a flat JSON object"
+    except (ValueError, KeyError, TypeError):
+        problem = "the request could not be read as JSON"
+    return json.dumps({"jsonrpc": "2.0", "id": json.loads(ident.group(1)), "method": "tools/call",
+                       "params": {"name": name.group(1) if name else "?", "arguments": {UNREADABLE: problem}}})

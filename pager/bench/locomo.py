@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import need
 from ..config import Config
 from ..context import build
 from ..embed import make_embedder
@@ -114,7 +115,7 @@ class Baselines:
     """Turn-level systems over one conversation, packed into the same budget."""
 
     def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int]) -> None:
-        from rank_bm25 import BM25Okapi
+        BM25Okapi = need("rank_bm25", "the BM25 baseline (or --no-baselines)").BM25Okapi
 
         self.tokenizer = session.tokenizer
         self.numbers = turn_numbers
@@ -135,7 +136,8 @@ class Baselines:
 
     def pack(self, order: list[int], budget: int) -> tuple[list[int], int]:
         """Greedy: take turns in rank order while they fit; render in conversation order."""
-        chosen, used = [], 0
+        chosen: list[int] = []
+        used = 0
         for i in order:
             cost = self.costs[i] + (1 if chosen else 0)
             if used + cost <= budget:
@@ -172,19 +174,19 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     errors.append(f"{conv.sample_id}: {session.writer_error}")
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
-        checkpoint = session.checkpoint()
+        checkpoint = session.paging_state()
         base = Baselines(session, conv, [t.turn for t in turns]) if baselines else None
         for q in conv.questions:
             evidence = [number[r] for r in q.evidence if r in number]
             if not evidence:
                 on_question()
                 continue
-            session.restore(checkpoint)
+            session.load_paging_state(checkpoint)
             started = time.perf_counter()
             ctx = build(session, q.question, budget=budget, chat=False)
             ms = (time.perf_counter() - started) * 1000
             spans = turns_in_context(session, ctx.pages)
-            recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))
+            recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))  # noqa: B023 - called at once
             tallies["pager"].outcomes.append(Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms))
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
@@ -192,7 +194,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     chosen, tokens = base.pack(base.rank(system, q.question), budget)
                     ms = (time.perf_counter() - started) * 1000
                     inside = {base.numbers[i] for i in chosen}
-                    recall, all_hit = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in inside else [])
+                    recall, all_hit = score(evidence, lengths,
+                                            lambda t: [(0, lengths[t])] if t in inside else [])  # noqa: B023
                     tallies[system].outcomes.append(Outcome(q.category, recall, all_hit, tokens, ms))
             on_question()
         home.journal.close(remove=True)
@@ -279,8 +282,7 @@ def plot(report: dict, out: Path) -> None:
     """Recall against budget, pager and baselines, to a PNG."""
     import logging
 
-    import matplotlib
-
+    matplotlib = need("matplotlib", "a plot")
     matplotlib.use("Agg")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt

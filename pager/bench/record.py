@@ -14,17 +14,16 @@ from typing import Iterable
 from ..agent import Agent
 from ..config import Config
 from ..home import Home
-from ..llm import LiteLLMModel, register
+from ..model import HandlerModel, Model
 from ..offline import OfflineShell
 from ..store import MemoryStore
 from ..trace import TraceWriter, begin
 
 
 def record(out: Path, messages: list[dict], questions: Iterable[str], config: Config, note: str,
-           model: LiteLLMModel | None = None, setup=None, chunk: int = 64) -> dict:
+           model: Model | None = None, setup=None, chunk: int = 64) -> dict:
     """Ingest messages in chunks, run setup(session, agent) if given, then ask each question."""
-    register("offline", OfflineShell())
-    model = model or LiteLLMModel("pager/offline")
+    model = model or HandlerModel(OfflineShell())
     out = Path(out)
     out.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="pager-record-") as folder:

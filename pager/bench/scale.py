@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import need
 from ..config import Config
 from ..context import build
 from ..home import Home
@@ -227,8 +228,7 @@ def plot(reports: list[dict], out: Path) -> None:
     """Paging, search and cold-start latency against pages in the home (log scale), to a PNG."""
     import logging
 
-    import matplotlib
-
+    matplotlib = need("matplotlib", "a plot")
     matplotlib.use("Agg")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt

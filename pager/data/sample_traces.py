@@ -15,7 +15,7 @@ from pathlib import Path
 from ..bench.record import record
 from ..config import Config
 from ..formats import parse_jsonl
-from ..llm import LiteLLMModel, register
+from ..model import HandlerModel
 from ..offline import Script
 from .demo_script import QUESTIONS
 
@@ -60,21 +60,21 @@ def make(folder: Path) -> dict[str, dict]:
         "A pinned fact survives: p3 (Maya's name and role) is pinned with /pin, then 120 more turns and two "
         "questions churn the frames; p3 is never evicted. Replies: the offline memory shell (no LLM).",
         setup=pin_first_fact)
-    register("script", Script([
+    script = Script([
         {"content": None, "tool_calls": [_call("page_in", "{page: p5", "c1")]},
         {"content": None, "tool_calls": [_call("page_in", '{"page": "p4040"}', "c2"),
                                          _call("format_disk", "{}", "c3")]},
         {"content": None, "tool_calls": [_call("search", '{"query": "peanut allergy", "k": "three"}', "c4")]},
         {"content": None, "tool_calls": [_call("search", '{"query": "peanut allergy"}', "c5")]},
         {"content": "Sam Okafor has a severe peanut allergy (p5)."},
-    ]))
+    ])
     out["malformed_tool_call"] = record(
         folder / "malformed_tool_call.jsonl", talk, ["Does anyone on the team have an allergy?"],
         Config(budget=3072, session="malformed"),
         "Malformed tool calls: a scripted model (recorded replies, no LLM) sends invalid JSON, a page that "
         "does not exist, an unknown tool and a mistyped argument; each comes back as a tool result saying "
         "what to do instead, and the session goes on to an answer.",
-        model=LiteLLMModel("pager/script"))
+        model=HandlerModel(script, name="pager/script"))
     questions = [q for q, _ in QUESTIONS] + [QUESTIONS[0][0], QUESTIONS[2][0], "What else happened with the sync engine?"]
     out["clock_vs_lru"] = record(
         folder / "clock_vs_lru.jsonl", talk, questions, Config(budget=2048, session="policies"),

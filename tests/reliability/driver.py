@@ -13,6 +13,7 @@ import random
 import sys
 
 from pager.config import Config
+from pager.errors import StoreError
 from pager.home import Home
 
 
@@ -86,7 +87,12 @@ def main() -> None:
             if action == "ingest":
                 batch = [{"speaker": rng.choice(["ann", "bob"]), "text": text()} for _ in range(rng.randrange(1, 12))]
                 done = False
-                for turn in session.append_many(batch):
+                try:
+                    accepted = session.append_many(batch)
+                except StoreError as exc:  # a full disk: refused, as a server would, and it keeps trying
+                    print("refused", " ".join(str(exc).split())[:200], flush=True)
+                    continue
+                for turn in accepted:
                     done = ack(turn.turn, turn.text) or done
                 if done:
                     return

@@ -1,7 +1,6 @@
 """Bad input is refused with a message naming the fix, and what was accepted stays."""
 
 import errno
-import json
 import subprocess
 
 import pytest
@@ -97,16 +96,6 @@ def test_a_store_that_refuses_a_flush_keeps_everything_for_later(tmp_path, monke
     monkeypatch.setattr(home.store, "put", real_put)
     with Home(cfg, embedder=HashEmbedder()) as again:  # the next process recovers the journal
         assert [t.text for t in again.store.turns("", "a")] == [f"turn {i}" for i in range(30)]
-
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def test_a_really_full_disk(tmpfs, tmp_path):

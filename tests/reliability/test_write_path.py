@@ -324,3 +324,22 @@ def test_export_round_trips_through_ingest(cfg, tmp_path):
     fields = lambda t: (t.turn, t.speaker, t.text, t.role, t.date, t.ts, t.ref)  # noqa: E731
     assert [fields(t) for t in copy] == [fields(t) for t in original[:3]]
     assert out.read_text().count("\n") == 3 and os.path.getsize(out) > 0
+
+
+def test_processes_with_other_models_cut_the_same_pages(cfg):
+    """A chat on a gpt-4o model (o200k tokens) and an MCP server with no model (cl100k) on one
+    session: the session's first transaction fixes how its pages are cut, for both."""
+    words = "the quick brown fox jumps over the lazy dog while Zürich 会話 tokens differ ".split()
+    a = home(cfg.with_(model="gpt-4o-mini"))
+    b = home(cfg)
+    sa, sb = a.open("s"), b.open("s")  # both open before anything is written
+    for i in range(40):
+        (sa if i % 3 else sb).append("ann", " ".join(words[(i + j) % len(words)] for j in range(25)) + f" {i}")
+    sb.sync()
+    assert sa.packer.tokenizer.name == sb.packer.tokenizer.name == "cl100k_base"
+    assert [p.text for _, p in sorted(sa.pages.items())] == [p.text for _, p in sorted(sb.pages.items())]
+    a.close()
+    b.close()
+    with home(cfg.with_(model="gpt-4o-mini")) as h:
+        assert h.open("s").packer.tokenizer.name == "cl100k_base"
+        healthy(h, "s")
