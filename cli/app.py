@@ -152,12 +152,11 @@ def ingest(
     with open_home(config) as home:
         home.writer  # noqa: B018 - with --bookmark-model, a missing key stops here, before any turn is accepted
         sessions = {name: home.open(name) for name in groups}
-        before = {name: s.turn_count for name, s in sessions.items()}
         # one transaction for the whole file: every line of every session durable at once, or none;
         # keyed by line, so running the same file again adds nothing twice
-        home.accept({sessions[name]: keyed(messages) for name, messages in groups.items()})
+        accepted = home.accept({sessions[name]: keyed(messages) for name, messages in groups.items()})
         for name, s in sessions.items():
-            added = s.turn_count - before[name]
+            added = accepted.new[s]
             known = len(groups[name]) - added
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
                        f" → {s.turn_count} turns, {len(s.pages)} pages")
@@ -165,7 +164,8 @@ def ingest(
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())
     elapsed = time.perf_counter() - started
-    typer.echo(f"ingested {total} turns into {len(groups)} session(s) in {elapsed:.2f}s ({total / max(elapsed, 1e-9):,.0f} turns/s)")
+    typer.echo(f"ingested {total} lines into {len(groups)} session(s) in {elapsed:.2f}s "
+               f"({total / max(elapsed, 1e-9):,.0f} lines/s)")
 
 
 def _write_bookmarks(s) -> None:

@@ -257,7 +257,7 @@ class Home:
         return snapshot
 
     # -- the one write path ------------------------------------------------------------------------------
-    def accept(self, groups: dict, origin: str = "input") -> dict:
+    def accept(self, groups: dict, origin: str = "input") -> "Accepted":
         """Accept messages for one or more sessions ({Session: [message, …]}) as one transaction: every
         message of every session durable in one journal frame, or none. Returns {Session: [Turn, …]},
         one turn per message (a message whose key the session already holds gets that turn back)."""
@@ -293,7 +293,7 @@ class Home:
             for s in order:
                 s.take_accepted(plans[s][0], origin)
             self.maybe_flush()
-        return {s: plans[s][1] for s in order}
+        return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
 
     def journal_op(self, session, op) -> None:
         """Make one non-turn op (a bookmark, a pin, a state change) durable for a session. A callable
@@ -400,21 +400,26 @@ class Home:
         """Write journal segments left by dead processes into the store; returns turns recovered.
         A segment goes only after its ops are in the store; one with damaged records is set aside."""
         count = 0
-        for path, ops, damaged in self.journal.orphans():
-            keys = sorted({(op["user"], op["session"]) for op in ops})
-            for user, session in keys:
-                with self.session_lock(user, session) as lock:
-                    s = self.open(session, user)
-                    s.sync(lock)
-                    mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
-                    count += s.adopt(mine)
-                    last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
-                    lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
-            self.flush()
-            if damaged:
-                self.journal.set_aside(path)
-            else:
-                path.unlink(missing_ok=True)
+        with self._mutex:  # the mutex before any session lock, as everywhere
+            for path, ops, damaged in self.journal.orphans():
+                count += self._recover_segment(path, ops, damaged)
+        return count
+
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool) -> int:
+        count = 0
+        for user, session in sorted({(op["user"], op["session"]) for op in ops}):
+            with self.session_lock(user, session) as lock:
+                s = self.open(session, user)
+                s.sync(lock)
+                mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
+                count += s.adopt(mine)
+                last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
+                lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
+        self.flush()
+        if damaged:
+            self.journal.set_aside(path)
+        else:
+            path.unlink(missing_ok=True)
         return count
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
@@ -460,6 +465,14 @@ class Home:
             # keep the journal: whatever was accepted is replayed by the next process
             self.journal.close(remove=False)
             self._closed = True
+
+
+class Accepted(dict):
+    """Home.accept's answer: {Session: [Turn, …]}, and in `new` how many of each were new."""
+
+    def __init__(self, turns: dict, new: dict) -> None:
+        super().__init__(turns)
+        self.new = new
 
 
 def _read_counts_path(path: Path) -> tuple[int, int, bool] | None:

@@ -161,6 +161,7 @@ def test_opening_an_open_session_with_another_policy_is_an_error(mem_home):
 class Echo:
     """A test's own model: no base class, only what the protocol asks for."""
 
+    name = "echo"
     output_tokens = 256
 
     def window(self) -> int:

@@ -343,3 +343,21 @@ def test_processes_with_other_models_cut_the_same_pages(cfg):
     with home(cfg.with_(model="gpt-4o-mini")) as h:
         assert h.open("s").packer.tokenizer.name == "cl100k_base"
         healthy(h, "s")
+
+
+def test_pager_ingest_twice_says_what_was_new(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps({"speaker": "ann", "text": f"line {i}"}) + "\n" for i in range(30)))
+    run = lambda: CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(data), "-s", "c"],  # noqa: E731
+                                     env={"PAGER_EMBEDDER": "hash"})
+    first, second = run(), run()
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+    assert "c: 30 new turns → 30 turns" in first.output
+    assert "c: 0 new turns, 30 already held → 30 turns" in second.output
+    with data.open("a") as fh:  # lines added to the file later are the only ones taken
+        fh.write(json.dumps({"speaker": "ann", "text": "line 30"}) + "\n")
+    assert "c: 1 new turns, 30 already held → 31 turns" in run().output
