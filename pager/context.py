@@ -41,6 +41,7 @@ class Context:
     frames: int
     budget: int
     dropped: list[int] = field(default_factory=list)
+    facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
 
     @property
     def system(self) -> str:
@@ -94,13 +95,58 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
             f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
             f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
         )
-    session.resize(frames)
+    ranked = rank_facts(session, message) if frames >= 3 else []
+    slabs = len(pack_slabs(session, ranked, max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))))
+    session.resize(frames - slabs)
     hits = session.autopage(message) if autopage and message else []
-    return assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens, state)
+    resident = set(session.resident())  # a fact whose pages are all shown adds nothing: the next one goes in
+    packed = pack_slabs(session, [(f, line) for f, line in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
+    if len(packed) < slabs:  # fewer facts were new than frames set aside: the rest go back to pages
+        session.resize(frames - len(packed))
+        hits = session.autopage(message) if autopage and message else []
+    ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
+                   state, [slab_text(slab) for slab in packed])
+    ctx.facts = [f.n for slab in packed for f, _ in slab]
+    return ctx
+
+
+FACTS_TITLE = "[facts]"
+
+
+def rank_facts(session: Session, message: str) -> list[tuple]:
+    """(fact, its line) for the facts the message is about, best first."""
+    if not session.facts or not message.strip():
+        return []
+    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    return [(f, session.facts.line(f)) for f, _ in session.facts.search(message, vector)]
+
+
+def slab_text(slab: list[tuple]) -> str:
+    return "\n".join([FACTS_TITLE] + [line for _, line in slab])
+
+
+def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
+    """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
+    separator counted exactly); the empty slabs are not returned."""
+    count, limit = session.tokenizer.count, session.page_tokens
+    bins: list[list[tuple]] = [[] for _ in range(slabs)]
+    used = [count(FACTS_TITLE + SEPARATOR)] * slabs
+    for item in ranked:
+        cost = count(item[1]) + 1
+        for b in range(slabs):
+            if used[b] + cost <= limit:
+                bins[b].append(item)
+                used[b] += cost
+                break
+    for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
+        while slab and count(slab_text(slab) + SEPARATOR) > limit:
+            slab.pop()
+    return [slab for slab in bins if slab]
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
-             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "") -> Context:
+             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
+             slabs: list[str] = ()) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -111,8 +157,8 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     """
     count = session.tokenizer.count
     shown: list[int] = []
-    blocks: list[str] = [state] if state else []  # the state block first, never dropped
-    costs: list[int] = [count(state + SEPARATOR)] if state else []
+    blocks: list[str] = ([state] if state else []) + list(slabs)  # the state, then fact slabs: never dropped
+    costs: list[int] = [count(block + SEPARATOR) for block in blocks]
     fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
@@ -151,9 +197,10 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     map_tokens = count(memory_map)
-    state_tokens = costs[0] if fixed else 0
-    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens,
-                  "pages": memory - map_tokens - state_tokens, "memory": memory,
+    state_tokens = costs[0] if state else 0
+    fact_tokens = sum(costs[1 if state else 0 : fixed])
+    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens, "facts": fact_tokens,
+                  "pages": memory - map_tokens - state_tokens - fact_tokens, "memory": memory,
                   "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
                   "total": used}
     return ctx

@@ -22,6 +22,7 @@ from .config import Config
 from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
+from .facts import Draft
 from .state import Change
 from .store import MemoryStore
 from .trace import Event, read_trace
@@ -30,7 +31,7 @@ from .writer import Written
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error", "state_in"}
+          "writer_error", "state_in", "facts_written", "memory_error"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -249,6 +250,9 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
+        elif kind == "facts_written":   # the memory model's recorded answer; replay calls no model
+            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
+                              event["source"])
         elif kind == "state_in":   # a state change another process made, taken in by sync
             session.state.take([_change(event)])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model

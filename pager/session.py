@@ -22,6 +22,7 @@ from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
 from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
+from .facts import Draft, Fact, Facts
 from .state import Change, State, check as check_state
 from .store import Batch
 from .trace import Events
@@ -84,6 +85,8 @@ class Session:
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
         self.state = State()            # the working state: key → value, every change kept
+        self.facts = Facts()            # facts a memory model made (or its recorded output), none deleted
+        self.memory_error = ""          # the memory model's last failure, if any
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -557,6 +560,54 @@ class Session:
             applied += self.state.take(self.home.store.state_changes(self.user, self.name, after=self.state.seq))
         for c in applied:
             self.emit("state_in", **c.event(), ts_set=c.ts)
+
+    # -- facts ------------------------------------------------------------------------------------------
+    def extract_facts(self, producer, pages: list[int] | None = None) -> list[Fact]:
+        """Ask a producer (a memory model, or its recorded output) for facts of pages (all sealed
+        pages and the tail if none are named). A failing producer is an event and `memory_error`,
+        never an exception: the turns are already durable and stay."""
+        pages = sorted(self.pages) + [self.tail_n] if pages is None else pages
+        try:
+            drafts = list(producer(self, pages))
+        except Exception as exc:  # noqa: BLE001 - any provider failure; facts only ever add
+            self.memory_error = " ".join(str(exc).split())[:300]
+            self.emit("memory_error", pages=[page_id(n) for n in pages[:50]], error=self.memory_error)
+            return []
+        return self.add_facts(drafts, getattr(producer, "source", "model"))
+
+    def add_facts(self, drafts: list[Draft], source: str) -> list[Fact]:
+        """Keep a producer's answer as facts (replay feeds the recorded answer here): each placed on the
+        pages of its turns, dated by its last turn unless it says when it became true."""
+        self.emit("facts_written", source=source, facts=[{"subject": d.subject, "text": d.text, "turns": list(d.turns),
+                                                          **({"ts": d.ts} if d.ts is not None else {})}
+                                                         for d in drafts])
+        turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
+        made = []
+        texts = [d.text for d in drafts if d.text.strip()]
+        vectors = self.home.embedder.embed(texts).astype(np.float16).astype(np.float32) if texts else []
+        for d, vector in zip((d for d in drafts if d.text.strip()), vectors):
+            turns = tuple(t for t in d.turns if t in turn_pages)
+            when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
+            pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
+            fact = Fact(len(self.facts) + 1, d.subject, " ".join(d.text.split()), turns, pages, when,
+                        date_label(when), source)
+            older = self.facts.add(fact, vector)
+            self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in pages], turns=list(turns),
+                      supersedes=older.id if older and self.facts.superseded_by(older) is fact else "")
+            made.append(fact)
+        return made
+
+    def _turn_pages(self, wanted: set[int]) -> dict[int, tuple[list[int], float]]:
+        """turn → (the pages holding it, its timestamp), for the turns asked about."""
+        out: dict[int, tuple[list[int], float]] = {}
+        for n, page in self.pages.items():
+            for turn, _, _ in page.spans:
+                if turn in wanted:
+                    out.setdefault(turn, ([], page.ts_last))[0].append(n)
+        for piece in self.packer.pieces:
+            if piece.turn.turn in wanted:
+                out.setdefault(piece.turn.turn, ([], piece.turn.ts))[0].append(self.tail_n)
+        return out
 
     # -- search and automatic paging ----------------------------------------------------------------------
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,

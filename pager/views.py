@@ -113,4 +113,5 @@ def inspect_json(session: Session) -> dict:
         "evictions": session.counters["evictions"],
         "hits": session.counters["hits"],
         "state": session.state.to_json(),
+        "facts": session.facts.to_json(),
     }
