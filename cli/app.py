@@ -73,13 +73,23 @@ def open_home(config, read_only: bool = False):
 
 def existing(home):
     """The configured session, or one line saying there is none by that name and where to look."""
-    from pager.errors import SessionNotFound
-
     s = home.open()
     if not s.turn_count:
-        of_user = f" of user {s.user!r}" if s.user else ""
-        raise SessionNotFound(f"no session {s.name!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
+        raise _not_found(home, s.user, s.name)
     return s
+
+
+def require(home, user: str, session: str) -> None:
+    """For commands that read a session without opening it (export, check)."""
+    if not home.exists(user, session):
+        raise _not_found(home, user, session)
+
+
+def _not_found(home, user: str, session: str):
+    from pager.errors import SessionNotFound
+
+    of_user = f" of user {user!r}" if user else ""
+    return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
 
 
 def session_rows(home) -> list[dict]:
@@ -275,6 +285,14 @@ def search(
     """Ranked pages for a query, with each signal's score and the page's bookmarks."""
     import json
 
+    if not query.strip():
+        from pager.errors import InputError
+
+        raise InputError("give words to search for, e.g. pager search 'peanut allergy'")
+    if k < 1:
+        from pager.errors import InputError
+
+        raise InputError(f"-k {k}: ask for 1 page or more")
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
         s = existing(home)
@@ -310,6 +328,7 @@ def export(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
+        require(home, config.user, config.session)
         count = export_turns(home, config.user, config.session, out or sys.stdout)
     if out:
         typer.echo(f"{count} turns of session {config.session!r} written to {out}", err=True)
@@ -325,6 +344,7 @@ def check(
 
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
+        require(home, config.user, config.session)
         report = run_check(home, config.user, config.session)
     typer.echo(f"session {report.session!r}: {report.turns} turns, {report.pages} pages, "
                f"{report.tail_turns} turn(s) in the open tail: " + ("ok" if report.ok else "PROBLEMS"))
@@ -375,6 +395,7 @@ def trace_show(
 ) -> None:
     """The context window as the model saw it, or a timeline of faults and evictions."""
     from rich.console import Console
+    from rich.text import Text
 
     from pager import replay as rp
     from pager import views
@@ -384,7 +405,7 @@ def trace_show(
         from pager.timeline import write
 
         timeline = write(trace, html)
-        console.print(f"wrote {html}: {len(timeline.columns)} model calls, {len(timeline.pages)} pages")
+        console.print(Text(f"wrote {html}: {len(timeline.columns)} model calls, {len(timeline.pages)} pages"))
         return
     if step is None:
         console.print(rp.summary(trace))
@@ -393,7 +414,7 @@ def trace_show(
 
     def at(i, ctx, session, events):
         if i == step:
-            console.rule(f"model call {i} of {trace.name}")
+            console.rule(Text(f"model call {i} of {trace.name}"))
             console.print(views.frame_strip(session))
             console.print(views.frame_table(session))
             t = ctx.tokens
@@ -481,6 +502,30 @@ def bench_scale(
     Console().print_json(json.dumps(report))
 
 
+@bench_app.command("serve")
+@handles_errors
+def bench_serve(
+    clients: int = typer.Option(32, "--clients", help="clients with a session each"),
+    shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
+    turns: int = typer.Option(50, "--turns", help="chat calls per client"),
+    alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
+    earlier: int = typer.Option(0, "--earlier", help="turns written to each session before the run (about 2 per page)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
+) -> None:
+    """Load on `pager serve` over loopback (offline model): nothing lost or duplicated, order kept, latency."""
+    from rich.console import Console
+
+    from pager.bench import serve
+
+    report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+    Console().print_json(json.dumps(report))
+    if report["problems"] or report["load"]["failed"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("trace")
 @handles_errors
 def bench_trace(
@@ -504,6 +549,66 @@ def bench_trace(
                       f"LoCoMo {conversation}: {len(conv.messages)} turns ingested, {len(asked)} questions asked to "
                       "the offline memory shell (no LLM)")
     typer.echo(f"wrote {out}: {len(asked)} questions, {counters['faults']} faults, {counters['evictions']} evictions")
+
+
+@command()
+def serve(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind; anything but loopback needs a key (`pager keys create`)"),
+    port: int = typer.Option(8765, "--port", help="TCP port"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="litellm model listed by /v1/models (or $PAGER_MODEL); clients pick per request, 'offline' always works"),
+    budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
+    max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
+    max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
+) -> None:
+    """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
+    from pager.serve import Limits, serve as run
+
+    config = load_config(ctx, model=model, budget=budget)
+    typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout))
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+@handles_errors
+def keys_create(ctx: typer.Context, tenant: str = typer.Option(..., "--tenant", "-t", help="the tenant the key reaches")) -> None:
+    """Make a key for a tenant; it is printed once and only its hash is kept."""
+    from pager.keys import KeyRing
+
+    record, key = KeyRing(load_config(ctx).home).create(tenant)
+    typer.echo(key)
+    typer.echo(f"key {record.id} for tenant {record.tenant!r}: shown only now, keep it secret", err=True)
+
+
+@keys_app.command("list")
+@handles_errors
+def keys_list(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="one JSON array")) -> None:
+    """The keys: id, tenant and creation time (never the key)."""
+    from pager.keys import KeyRing
+
+    rows = [r.public() for r in KeyRing(load_config(ctx).home).records()]
+    if json_out:
+        typer.echo(json.dumps(rows))
+        return
+    for r in rows:
+        typer.echo(f"{r['id']}  {r['tenant']}  {r['created']}")
+    if not rows:
+        typer.echo("no keys: `pager serve` answers on loopback only; `pager keys create --tenant NAME` makes one", err=True)
+
+
+@keys_app.command("revoke")
+@handles_errors
+def keys_revoke(ctx: typer.Context, key_id: str = typer.Argument(..., help="the id `pager keys list` shows")) -> None:
+    """Revoke a key; a running server refuses it from its next request."""
+    from pager.keys import KeyRing
+
+    record = KeyRing(load_config(ctx).home).revoke(key_id)
+    typer.echo(f"revoked key {record.id} of tenant {record.tenant!r}")
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ class StepPrinter:
         self.evicted: list[str] = []
         self.totals: list[int] = []
         self.start: dict[str, int] = {}   # the session's counters when the chat began
+        self.trace_failed = False
 
     def __call__(self, event: Event) -> None:
         kind, d = event.kind, event.data
@@ -165,6 +166,10 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                     console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                     continue
                 console.print(f"[bold green]pager>[/] {escape(reply.text)}", highlight=False)
+                if writer.error and not printer.trace_failed:   # said once; the chat goes on, its memory is intact
+                    printer.trace_failed = True
+                    console.print(f"[red]the trace stopped[/]: {escape(writer.error)}; memory itself is unaffected",
+                                  highlight=False)
             if session.unwritten and home.writer:  # the last pages, fewer than a batch
                 session.write_bookmarks(force=True)
         finally:

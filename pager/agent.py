@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pager.prompts import load
 from pager.tools import MODEL, Dispatcher
@@ -115,15 +116,18 @@ class Agent:
         self.tool_tokens = _tool_tokens(session, self.tools)
         self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
         self._ts = 0.0
+        self._reply_key: Callable[[str], str] | None = None
 
-    def ask(self, text: str) -> Reply:
+    def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None) -> Reply:
+        """Answer one message. key (and reply_key(reply text)) are idempotency keys for the turns,
+        for callers that resend a conversation (the HTTP proxy): a turn already held is not added again."""
         s = self.session
         self._check_fits(text)
         ts = s.clock()
         s.emit("user", text=text, ts=ts, speaker=self.speaker)
-        turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent")
+        turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent", key=key)
         self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
-        self._ts = ts
+        self._ts, self._reply_key = ts, reply_key
         scratch: list[dict] = []
         calls: list[dict] = []
         budget = self.budget
@@ -142,8 +146,11 @@ class Agent:
             except ContextOverflow as exc:
                 budget = int(budget * 0.75)
                 s.emit("overflow", step=step, budget=budget, error=str(exc)[:300])
-                if budget < s.page_tokens * 2 + s.home.config.map_reserve:
-                    return self._fail(step, calls, "the model's window is too small even for two pages")
+                if budget < minimum_budget(s, self.dispatcher):
+                    return self._fail(step, calls, "the model's window is too small even for one page and a message")
+                # the fixed regions shrink with the budget, as they would have at this budget from the start
+                self.tier, self.prefix, self.tools = fixed_regions(s, self.dispatcher, budget)
+                self.tool_tokens = _tool_tokens(s, self.tools)
                 step -= 1
                 continue
             except ModelError as exc:
@@ -196,7 +203,8 @@ class Agent:
 
     def _finish(self, text: str, steps: int, calls: list[dict]) -> Reply:
         if text.strip():
-            self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent")
+            key = self._reply_key(text) if self._reply_key else ""
+            self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent", key=key)
         self.session.write_bookmarks()   # a call to the bookmark model once a batch of pages has sealed
         return Reply(text, steps, calls)
 

@@ -7,6 +7,7 @@ earlier and shows the pages that hold them faulting back in.
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from contextlib import ExitStack
@@ -14,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import views
@@ -45,7 +47,7 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
         console.rule("[bold]pager demo[/] · offline · no model, no key")
         console.print(f"A bundled conversation: {len(messages)} turns over {len({m['date'] for m in messages})} weekly "
                       f"check-ins. Budget {budget} tokens → {frames} frames of {session.page_tokens} tokens; "
-                      f"everything else lives on disk (LanceDB in {folder}).\n")
+                      f"everything else lives on disk (LanceDB in {escape(str(folder))}).\n")
         _ingest(session, messages, console)
         results = _ask(session, QUESTIONS, console)
         _report(session, home, results, console)
@@ -58,15 +60,15 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
 def _next(console: Console, keep: Path | None) -> None:
     """Where to go from here: commands that find data, never an empty session."""
     if keep:
-        home = f"--home {keep}"
+        home = f"--home {shlex.quote(str(keep))}"
         console.print(f"The demo's home is kept in {keep}. Next, on it: `pager {home} chat --session demo` "
                       f"(ask it about the Lisbon offsite), `pager {home} inspect --session demo`, "
-                      f"`pager {home} search 'peanut allergy' --session demo`.", highlight=False, soft_wrap=True)
+                      f"`pager {home} search 'peanut allergy' --session demo`.", highlight=False, soft_wrap=True, markup=False)
     else:
         console.print("The demo's home was a temporary folder, now removed. To keep it and go on with it: "
-                      "`pager demo --keep DIR`, then `pager --home DIR chat --session demo`.", highlight=False, soft_wrap=True)
+                      "`pager demo --keep DIR`, then `pager --home DIR chat --session demo`.", highlight=False, soft_wrap=True, markup=False)
     console.print("With your own conversation: `pager ingest FILE --session NAME`, then `pager chat --session NAME`; "
-                  "`pager sessions` lists what a home holds, `pager --help` everything else.", highlight=False, soft_wrap=True)
+                  "`pager sessions` lists what a home holds, `pager --help` everything else.", highlight=False, soft_wrap=True, markup=False)
 
 
 def _ingest(session, messages: list[dict], console: Console) -> None:

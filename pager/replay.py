@@ -416,8 +416,9 @@ def opt_faults(references: list[tuple], frames: int, resident: Iterable[int] = (
 def policy_table(runs: list[Run], recorded_policy: str, path: Path):
     """Faults, evictions, hit rate and changed contexts per policy, each against OPT."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{Path(path).name}: replay under each policy (* recorded)", title_justify="left",
+    table = Table(title=Text(f"{Path(path).name}: replay under each policy (* recorded)"), title_justify="left",
                   caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
                           "policy would not fault at all", caption_justify="left")
     for name in ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT"):
@@ -436,15 +437,16 @@ def summary(path: Path):
     from collections import Counter
 
     from rich.table import Table
+    from rich.text import Text
 
     start, events = load(path)
     kinds = Counter(e["kind"] for e in events)
-    table = Table(title=f"{Path(path).name}", title_justify="left", show_header=False)
-    table.add_row("session", f"{start.get('session')!r} · model {start.get('model')} · budget {start.get('budget')} · "
-                  f"{start.get('page_tokens')}-token pages · policy {start.get('policy')}")
+    table = Table(title=Text(Path(path).name), title_justify="left", show_header=False)
+    table.add_row("session", Text(f"{start.get('session')!r} · model {start.get('model')} · budget {start.get('budget')} · "
+                                  f"{start.get('page_tokens')}-token pages · policy {start.get('policy')}"))
     table.add_row("messages", f"{kinds['user']} to the agent · {kinds['model_request']} model calls · "
                   f"{kinds['tool_call']} tool calls")
     table.add_row("paging", f"{kinds['fault']} faults · {kinds['hit']} hits · {kinds['evict']} evictions · "
                   f"{kinds['page_sealed']} pages sealed · {kinds['pin']} pins")
-    table.add_row("next", f"pager trace show {path} --step 1 · pager replay {path} --policy all")
+    table.add_row("next", Text(f"pager trace show {path} --step 1 · pager replay {path} --policy all"))
     return table

@@ -285,10 +285,25 @@ class Index:
         self._pending.append(np.asarray(piece_vectors, dtype=np.float32).reshape(len(ids), self.dim))
 
     def vectors(self) -> np.ndarray:
+        """All piece vectors, one row each. New rows go into spare capacity (grown by half when full),
+        so a session that seals a page between searches does not copy the whole matrix each time."""
         if self._pending:
-            self._vectors = np.vstack([self._vectors, *self._pending])
-            self._pending = []
+            rows, have = sum(len(p) for p in self._pending), len(self._vectors)
+            spare = getattr(self, "_spare", None)
+            if spare is None or have + rows > len(spare):
+                spare = np.empty((max(1024, (have + rows) * 3 // 2), self.dim), dtype=np.float32)
+                spare[:have] = self._vectors
+                self._spare = spare
+            spare[have: have + rows] = np.concatenate(self._pending)
+            self._vectors, self._pending = spare[: have + rows], []
         return self._vectors
+
+    def __getstate__(self) -> dict:
+        """Pickled (the index cache) without the spare capacity: the rows in use only."""
+        state = dict(self.__dict__)
+        state.pop("_spare", None)
+        state["_vectors"] = np.ascontiguousarray(self.vectors())
+        return state
 
     def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),
                now: float | None = None, boosts: dict[int, float] | None = None,

@@ -54,10 +54,19 @@ def test_asking_twice_quotes_the_fact_not_the_question(maya, tmp_path):
     assert found[0]["page"] == "p5", found
     echoes = [r for r in found if "Who is allergic" in r["snippet"] or "From p5" in r["snippet"]]
     assert len(echoes) >= 2 and all(r["signals"].get("echo") for r in echoes)   # still findable, and marked
-    from pager.tools import Toolkit
+    import asyncio
 
-    with Toolkit(session="maya", config=_config(home)) as memory:
-        result = memory.call("search", {"query": "peanut allergy", "k": 3})
+    from mcp import Client
+
+    from pager.tools import Toolkit
+    from pager.tools.mcp_server import build
+
+    async def over_mcp(memory):
+        async with Client(build(memory)) as client:
+            return (await client.call_tool("search", {"query": "peanut allergy", "k": 3})).content[0].text
+
+    with Toolkit(config=_config(home)) as memory:
+        result = asyncio.run(over_mcp(memory))
     assert result.splitlines()[1].startswith("- p5 "), result
 
 
@@ -164,6 +173,13 @@ def test_chat_takes_rich_markup_and_invalid_utf8_as_text(tmp_path):
     assert "The closing tag [/] ends [bold]bold[/bold]." in quoted, text
     trace = next((tmp_path / "traces").glob("*.jsonl"))
     assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV).exit_code == 0
+    summary = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace)], env=ENV)
+    assert summary.exit_code == 0 and "'[/]'" in summary.output   # the session's name as it is, not as markup
+    for args in (["--step", "1"], ["--html", str(tmp_path / "t.html")]):
+        shown = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), *args], env=ENV)
+        assert shown.exit_code == 0, shown.output
+    inspected = runner.invoke(app, ["--home", str(tmp_path), "inspect", "-s", "[/]"], env=ENV)
+    assert inspected.exit_code == 0 and "session '[/]'" in inspected.output
 
 
 @pytest.fixture
@@ -183,7 +199,8 @@ def test_toolkit_call_never_raises_for_what_a_model_can_send(memory):
         inner = inner[0]
     calls = [("remember", {"text": "caf\udce9"}), ("remember", '{"text": "caf\udce9"}'), ("search", {"query": deep}),
              ("search", '{"query": ' + "[" * 5000 + "]" * 5000 + "}"), ("page_in", {"page": "p²"}),
-             ("page_in", '{"page": "p\u0663"}'), ("remember\udce9", {}), ("search", {"query": {1, 2}})]
+             ("page_in", '{"page": "p\u0663"}'), ("remember\udce9", {}), ("search", {"query": {1, 2}}),
+             ("search", {"query": "peanuts", "k": "²"})]
     for name, arguments in calls:
         text, ok = memory.run(name, arguments)
         assert not ok and "Error" not in text and "invalid literal" not in text, (name, text)
@@ -242,7 +259,8 @@ def test_mcp_answers_every_request_and_refuses_unknown_arguments(tmp_path):
 
 # -- silence ----------------------------------------------------------------------------------------------
 def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tmp_path):
-    for command in (["search", "peanuts", "-s", "mayaa"], ["inspect", "-s", "mayaa"], ["inspect", "-s", "mayaa", "--json"]):
+    for command in (["search", "peanuts", "-s", "mayaa"], ["inspect", "-s", "mayaa"], ["inspect", "-s", "mayaa", "--json"],
+                    ["export", "-s", "mayaa"], ["check", "-s", "mayaa"]):
         result = runner.invoke(app, ["--home", str(maya), *command], env=ENV)
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [result.output.strip()]
@@ -251,6 +269,9 @@ def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tm
     assert {(r["user"], r["session"], r["turns"], r["pages"]) for r in listed["sessions"]} >= {("", "maya", 390, 69)}
     table = runner.invoke(app, ["--home", str(maya), "sessions"], env=ENV)
     assert table.exit_code == 0 and "maya" in table.output and "390" in table.output
+    for query, k, said in (("", "3", "give words to search for"), ("peanuts", "0", "ask for 1 page or more")):
+        result = runner.invoke(app, ["--home", str(maya), "search", query, "-s", "maya", "-k", k], env=ENV)
+        assert result.exit_code == 2 and said in result.output
     empty = runner.invoke(app, ["--home", str(tmp_path / "none"), "sessions"], env=ENV)
     assert empty.exit_code == 0 and "no sessions" in empty.output
 
@@ -332,3 +353,95 @@ def test_one_number_for_evictions_in_stats_trace_show_and_the_timeline(maya, tmp
     runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), "--html", str(page)], env=ENV)
     timeline = re.search(r"(\d+) faults · (\d+) evictions", page.read_text())
     assert timeline.groups() == (stats.group(1), stats.group(2))
+
+
+# -- docs that match the code ---------------------------------------------------------------------------
+def test_the_readme_lists_every_command_and_option_as_the_cli_has_them():
+    import re
+
+    from pager.cli.synopsis import synopsis
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## Commands\n.*?```\n(.*?)```", readme, re.S).group(1)
+    assert block.strip() == synopsis().strip(), "run `python -m pager.cli.synopsis` and paste it into README's Commands"
+    helped = runner.invoke(app, ["--help"]).output
+    for name in re.findall(r"^pager ([a-z]+)", block, re.M):
+        assert name in helped
+
+
+def test_the_readme_layout_names_every_module():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    layout = re.search(r"## Layout\n\n```\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
+    named = set(re.findall(r"[a-z_]+", layout))
+    modules = {p.stem for p in (root / "pager").glob("*.py")} - {"__init__"}
+    assert modules <= named, f"README's Layout does not name {sorted(modules - named)}"
+
+
+def test_the_readme_transcript_is_what_a_fresh_run_prints(tmp_path):
+    """The README's chat, replayed from its own `you>` lines on a fresh home: same answers, same counters."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    transcript = re.search(r"```\n\$ pager chat --session maya --budget 4096\n(.*?)```", readme, re.S).group(1)
+    said = re.findall(r"^you> (.*)$", transcript, re.M)
+    env = {"PAGER_EMBEDDER": "wordllama"}   # the default the README ran with
+    assert runner.invoke(app, ["--home", str(tmp_path), "ingest", str(DEMO), "--session", "maya"], env=env).exit_code == 0
+    result = runner.invoke(app, ["--home", str(tmp_path), "chat", "--session", "maya", "--budget", "4096"],
+                           input="".join(line + "\n" for line in said), env=env)
+    flat = " ".join(result.output.split())
+    stats = re.search(r"this chat: faults \d+ · evictions \d+ · hits \d+", " ".join(transcript.split())).group(0)
+    assert stats in flat, (stats, flat[-400:])
+    quoted = re.findall(r"^pager> (From p\d+)", transcript, re.M)   # page ids, not dates: a chat's own page is dated today
+    assert len(quoted) == 4 and re.findall(r"pager> (From p\d+)", flat) == quoted
+
+
+@pytest.mark.parametrize("trace", ["traces/clock_vs_lru.jsonl", "pager/data/demo_trace.jsonl",
+                                   "traces/pinned_fact_survives.jsonl"])
+def test_benchmarks_policy_rows_of_the_bundled_traces_match_a_replay(trace):
+
+    from pager import replay as rp
+
+    root = Path(__file__).resolve().parents[1]
+    row = next(line for line in (root / "BENCHMARKS.md").read_text().splitlines() if line.startswith(f"| `{trace}`"))
+    cells = [c.strip().strip("*") for c in row.strip("|").split("|")][1:]
+    runs = [rp.replay(root / trace, policy=p) for p in ("clock", "lru", "lfu", "scored")]
+    opt = runs[0].opt()
+    measured = [str(len(runs[0].digests)), *(str(r.faults) for r in runs), str(opt), f"{runs[0].faults / opt:.3f}"]
+    assert cells == measured, f"BENCHMARKS says {cells}, a replay gives {measured}"
+
+
+def test_chat_goes_on_when_its_trace_cannot_be_written(tmp_path, monkeypatch):
+    import errno
+
+    from pager.trace import TraceWriter
+
+    real = TraceWriter._write
+
+    def full_after_start(self, obj):
+        if obj.get("kind") == "user":
+            self._fh.write = lambda *_: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+        real(self, obj)
+
+    monkeypatch.setattr(TraceWriter, "_write", full_after_start)
+    out = chat(tmp_path, ["The boat is called Saltire.", "What is the boat called?"], session="full")
+    assert out.count("the trace stopped: No space left on device") == 1
+    assert "Saltire" in answers(out)[-1]
+
+
+def test_a_window_overflow_shrinks_the_fixed_regions_too(mem_home):
+    from conftest import say
+    from pager.agent import Agent
+    from pager.llm import ContextOverflow
+    from pager.model import HandlerModel
+    from pager.offline import Script
+
+    s = mem_home.open("a")
+    say(s, 100)
+    script = Script([ContextOverflow("too long")] * 3 + [{"content": "fits now"}])
+    agent = Agent(s, HandlerModel(script, name="pager/script"))
+    assert agent.tier == "full"
+    reply = agent.ask("summarise")
+    assert reply.text == "fits now" and not reply.error, reply
+    assert agent.tier == "bare" and len(script.seen[-1][0]["content"]) < len(script.seen[0][0]["content"])

@@ -170,3 +170,27 @@ def test_turns_with_a_date_label_and_no_timestamp_are_placed_on_that_day(mem_hom
     hits = s.search("what did we say about the budget in May 2023?", k=3)
     assert s.pages[hits[0].n].date_first == "10 May 2023" and "date" in hits[0].signals
     assert "episode" in hits[0].signals      # six days, six episodes
+
+
+def test_index_vectors_grow_in_place_and_pickle_without_spare_rows():
+    """Pages sealed between searches append rows to spare capacity; the cache pickles only rows in use."""
+    import pickle
+
+    import numpy as np
+
+    from pager.page import Page
+    from pager.search import Index
+
+    index = Index(4)
+    rng = np.random.default_rng(7)
+    added = []
+    for n in range(1, 40):
+        rows = rng.standard_normal((2, 4)).astype(np.float32)
+        added.append(rows)
+        index.add(Page("s", n, f"word{n} other{n}", 3, ((n, 0, 5), (n, 5, 10))), rows)
+        if n % 3 == 0:
+            assert np.array_equal(index.vectors(), np.vstack(added))
+    assert np.array_equal(index.vectors(), np.vstack(added))
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy.vectors().shape == (78, 4) and not hasattr(copy, "_spare")
+    assert np.array_equal(copy.vectors(), np.vstack(added))

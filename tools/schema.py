@@ -65,7 +65,7 @@ def _integer(name: str, value):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and value.isascii():   # "²" is a digit too
         return int(value)
     raise ValueError(f"{name} must be a whole number, got {_show(value)}")
 

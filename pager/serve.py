@@ -1,0 +1,428 @@
+"""`pager serve`: memory over HTTP, in one ASGI process (Starlette and uvicorn, which the mcp
+SDK already brings).
+
+    POST /v1/chat/completions   OpenAI-compatible, streaming or not (pager/proxy.py)
+    GET  /v1/models             `offline` (the memory shell) and the configured model
+    POST /mcp                   the `pager mcp` tools and memory map, over streamable HTTP
+    GET  /sessions              the tenant's sessions
+    GET  /sessions/{name}       `pager inspect --json` of one
+    GET  /sessions/{name}/search?q=…&k=…
+    GET  /sessions/{name}/turns?after=N&limit=M
+    POST /sessions/{name}/turns {"messages": [{"role", "content"}]}
+    GET  /healthz
+
+Every path but /healthz needs `Authorization: Bearer <key>` once a key exists (`pager keys
+create`); a key reaches only its tenant's sessions (the tenant is the engine's user
+namespace). With no key the server serves the local user's namespace and binds to loopback
+only. Errors have one JSON shape everywhere, OpenAI's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from .config import Config
+from .engine import Engine
+from .errors import ConfigError, PagerError
+from .keys import KeyRing
+from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
+                    error_body, load_models, parse, pieces, session_name, take_turn)
+
+log = logging.getLogger("pager.serve")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+KEEPALIVE_S = 10.0   # an SSE comment this often while a streamed turn waits for its model
+
+
+@dataclass(frozen=True)
+class Limits:
+    body_bytes: int = 4 * 1024 * 1024   # a request body larger than this is refused with 413
+    messages: int = 2048                # messages in one chat request
+    model_timeout: float = 120.0        # seconds the proxy waits for a turn before answering 504
+    search_k: int = 50                  # the most pages a REST search returns
+
+
+def check_host(host: str, keys: KeyRing) -> None:
+    """Without keys, only loopback: anyone who can reach the port could read the memory."""
+    if keys or _loopback(host):
+        return
+    raise ConfigError(f"refusing to serve on {host} without keys: anyone on the network could read the memory; "
+                      "create one with `pager keys create --tenant NAME` (or serve on 127.0.0.1)")
+
+
+def _loopback(host: str) -> bool:
+    if host in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _local_name(host: str) -> bool:
+    """A Host header naming loopback: 127.0.0.1:8765, localhost, [::1]:8765."""
+    name = host[1:].split("]", 1)[0] if host.startswith("[") else host.split(":", 1)[0]
+    return _loopback(name)
+
+
+def _local_origin(origin: str | None) -> bool:
+    if origin is None:
+        return True
+    from urllib.parse import urlsplit
+
+    return _loopback(urlsplit(origin).hostname or "")
+
+
+# -- the pieces of a request ---------------------------------------------------------------------
+def _error(status: int, message: str, type: str, code: str = "", param: str | None = None):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(error_body(message, type, code, param), status_code=status)
+
+
+def _refusal(exc: RequestError):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def _json(request, limit: int) -> object:
+    """The body as JSON, refusing oversized (413) or malformed (400) bodies before reading them whole."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise _too_large(limit)
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(f"the body is not valid JSON ({exc})", code="invalid_json") from None
+
+
+def _too_large(limit: int) -> RequestError:
+    return RequestError(f"the body is over the limit of {limit:,} bytes; send less (pager keeps the conversation, "
+                        "so only new messages are needed)", 413, code="request_too_large")
+
+
+def tenant_of(request, keys: KeyRing, default: str) -> str:
+    """The tenant of the request's bearer key; with no keys configured, the local user, and only for
+    requests addressed to loopback (a web page the user visits could otherwise reach the memory by
+    DNS rebinding, or write to it with a simple cross-origin POST)."""
+    if not keys:
+        if not _local_name(request.headers.get("host", "")) or not _local_origin(request.headers.get("origin")):
+            raise RequestError("without keys this server answers only requests addressed to loopback with no "
+                               "foreign Origin; create a key with `pager keys create --tenant NAME`", 403,
+                               "permission_error", "not_local")
+        return default
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    tenant = keys.verify(token.strip()) if scheme.lower() == "bearer" else None
+    if tenant is None:
+        raise RequestError("missing or invalid API key; send `Authorization: Bearer <key>` with a key from "
+                           "`pager keys create --tenant NAME`", 401, "authentication_error", "invalid_api_key")
+    return tenant
+
+
+def _log(request, status: int, facts: dict, started: float) -> None:
+    log.info("%s %s %d session=%s tokens=%s faulted=%s latency_ms=%.1f", request.method, request.url.path, status,
+             facts.get("session", "-"), facts.get("tokens", "-"), facts.get("faulted", "-"),
+             (time.perf_counter() - started) * 1000)
+
+
+class Server:
+    """The routes, over one Engine."""
+
+    def __init__(self, engine: Engine, keys: KeyRing, limits: Limits = Limits(), host: str = "127.0.0.1") -> None:
+        self.engine, self.keys, self.limits, self.host = engine, keys, limits, host
+        self.config = engine.config
+        self._models_ready = False
+        self._pending: set[asyncio.Task] = set()
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def app(self):
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        from .serve_mcp import mount
+
+        mcp_route, mcp_lifespan = mount(self)
+
+        @asynccontextmanager
+        async def lifespan(app):
+            async with mcp_lifespan():
+                try:
+                    yield
+                finally:
+                    if self._pending:  # turns still running after a 504: let them finish and be recorded
+                        await asyncio.gather(*self._pending, return_exceptions=True)
+                    await self.engine.run(self.engine.home.close)
+
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/v1/models", self.guarded(self.models), methods=["GET"]),
+            Route("/v1/chat/completions", self.guarded(self.chat), methods=["POST"]),
+            Route("/sessions", self.guarded(self.list_sessions), methods=["GET"]),
+            Route("/sessions/{name}", self.guarded(self.inspect), methods=["GET"]),
+            Route("/sessions/{name}/search", self.guarded(self.search), methods=["GET"]),
+            Route("/sessions/{name}/turns", self.guarded(self.append), methods=["POST"]),
+            Route("/sessions/{name}/turns", self.guarded(self.turns), methods=["GET"]),
+            mcp_route,
+        ]
+        app = Starlette(routes=routes, lifespan=lifespan,
+                        exception_handlers={404: self._not_found, 405: self._not_allowed})
+        return app
+
+    async def _not_found(self, request, exc):
+        return _error(404, f"no route {request.url.path}; see the README's Serve section", "not_found_error")
+
+    async def _not_allowed(self, request, exc):
+        return _error(405, f"{request.method} is not allowed on {request.url.path}", "invalid_request_error",
+                      "method_not_allowed")
+
+    def guarded(self, handler):
+        """Authenticate first (nothing about sessions is looked at before), then map known failures
+        to the error shape; each request is logged with what it cost."""
+
+        async def endpoint(request):
+            started = time.perf_counter()
+            facts: dict = {}
+            try:
+                tenant = tenant_of(request, self.keys, self.config.user)
+                response = await handler(request, tenant, facts)
+            except RequestError as exc:
+                response = _refusal(exc)
+            except PagerError as exc:
+                response = _error(400, str(exc), "invalid_request_error", type(exc).__name__)
+            except Exception:  # a bug: logged whole, answered in the error shape
+                log.exception("%s %s failed", request.method, request.url.path)
+                response = _error(500, "internal error; the server log has the details", "server_error")
+            if facts.get("streaming"):  # logged when the stream ends
+                facts["log"] = lambda: _log(request, response.status_code, facts, started)
+            else:
+                _log(request, response.status_code, facts, started)
+            return response
+
+        return endpoint
+
+    # -- routes ---------------------------------------------------------------------------------------
+    async def healthz(self, request):
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"status": "ok", "keys": bool(self.keys)})
+
+    async def models(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        names = [OFFLINE_NAME] + ([self.config.model] if self.config.model else [])
+        return JSONResponse({"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "pager"} for n in names]})
+
+    async def list_sessions(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        rows = await self.engine.run(self.engine.sessions, tenant)
+        return JSONResponse({"object": "list", "data": rows})
+
+    async def inspect(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        from .views import inspect_json
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        body = await self.engine.run(self._existing, tenant, name, inspect_json)
+        body.pop("user", None)  # the tenant namespace is the key's business, not the body's
+        return JSONResponse(body)
+
+    async def search(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        query = request.query_params.get("q", "")
+        if not query.strip():
+            raise RequestError("search needs a query: ?q=words", param="q")
+        try:
+            k = max(1, min(int(request.query_params.get("k", 8)), self.limits.search_k))
+        except ValueError:
+            raise RequestError("k must be a number", param="k") from None
+
+        def run(s):
+            hits = s.search(query, k=k, record=False)
+            return [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
+                     "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
+                     "snippet": s.render.snippet(h)} for h in hits]
+
+        rows = await self.engine.run(self._existing, tenant, name, run)
+        return JSONResponse({"session": name, "query": query, "results": rows})
+
+    async def turns(self, request, tenant: str, facts: dict):
+        """The session's turns after `after`, at most `limit` (1000), oldest first."""
+        from starlette.responses import JSONResponse
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        try:
+            after = max(0, int(request.query_params.get("after", 0)))
+            limit = max(1, min(int(request.query_params.get("limit", 100)), 1000))
+        except ValueError:
+            raise RequestError("after and limit must be numbers", param="after") from None
+
+        def run(s):
+            self.engine.home.flush()  # turns live in the journal until a batch reaches the store
+            rows = self.engine.home.store.turns(tenant, name, after=after)[:limit]
+            return {"session": name, "total_turns": s.turn_count, "turns": [
+                {"turn": t.turn, "role": t.role, "speaker": t.speaker, "content": t.text, "date": t.date} for t in rows]}
+
+        return JSONResponse(await self.engine.run(self._existing, tenant, name, run))
+
+    def _existing(self, tenant: str, name: str, fn):
+        """fn(session) for a session the tenant has; the same 404 whether it exists elsewhere or not."""
+        if not self.engine.exists(tenant, name):
+            raise RequestError(f"no session {name!r}", 404, "not_found_error", "session_not_found")
+        return fn(self.engine.open(tenant, name))
+
+    async def append(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        body = await _json(request, self.limits.body_bytes)
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise RequestError('the body must be {"messages": [{"role": "user", "content": "…"}, …]}', param="messages")
+        if len(messages) > self.limits.messages:
+            raise RequestError(f"{len(messages)} messages is over the limit of {self.limits.messages}; send them in "
+                               "parts", param="messages", code="too_many_messages")
+        drafts = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role", "user") not in ("user", "assistant"):
+                raise RequestError(f"messages[{i}] needs role 'user' or 'assistant' and content", param=f"messages[{i}]")
+            text = m.get("content", m.get("text"))
+            if not isinstance(text, str):
+                raise RequestError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
+            draft = {"text": text, "role": m.get("role", "user"), "speaker": m.get("speaker") or m.get("name") or "",
+                     "date": m.get("date") or "", "ref": m.get("ref") or ""}
+            if isinstance(m.get("key"), str) and m["key"]:
+                draft["key"] = m["key"][:128]
+            drafts.append(draft)
+
+        def run():
+            s = self.engine.open(tenant, name)
+            turns = s.append_many(drafts)
+            return {"session": name, "turns": [t.turn for t in turns], "total_turns": s.turn_count,
+                    "pages": len(s.pages) + (1 if s.packer.pieces else 0)}
+
+        result = await self.engine.run(run, tenant=tenant, name=name)
+        return JSONResponse(result, status_code=201)
+
+    # -- the proxy ------------------------------------------------------------------------------------
+    async def chat(self, request, tenant: str, facts: dict):
+        body = await _json(request, self.limits.body_bytes)
+        req = parse(body, request.headers.get(SESSION_HEADER), self.config.session, self.limits.messages)
+        facts["session"] = req.session
+        cid = completion_id()
+        if not self._models_ready:
+            await self.engine.run(load_models)  # litellm's import takes seconds: once, off the loop
+            self._models_ready = True
+        turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
+                               tenant=tenant, name=req.session)
+        task = asyncio.ensure_future(turn)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        if req.stream:
+            facts["streaming"] = True
+            return self._stream(cid, req, task, facts)
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(task), self.limits.model_timeout)
+        except asyncio.TimeoutError:
+            return self._timeout()
+        return self._answer(cid, req, outcome, facts)
+
+    def _info(self, req: ChatRequest, outcome: dict) -> dict:
+        reply = outcome["reply"]
+        return {"session": req.session, "turns": outcome["turns"], "appended": outcome["appended"],
+                "steps": reply.steps, "faulted": outcome["faulted"], **outcome["timing"],
+                "tool_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in reply.tool_calls]}
+
+    def _answer(self, cid: str, req: ChatRequest, outcome: dict, facts: dict):
+        from starlette.responses import JSONResponse
+
+        facts.update(tokens=outcome["usage"]["prompt_tokens"], faulted=len(outcome["faulted"]))
+        reply = outcome["reply"]
+        if reply.error:
+            return _error(502, f"the model failed: {reply.error}; your message is saved in session {req.session!r}",
+                          "api_error", "model_error")
+        return JSONResponse(completion(cid, req.model, reply.text, outcome["usage"], self._info(req, outcome)))
+
+    def _timeout(self):
+        return _error(504, f"the model gave no answer within {self.limits.model_timeout:g} s; your message is saved "
+                      "and the reply will be recorded when it comes", "timeout_error", "model_timeout")
+
+    def _stream(self, cid: str, req: ChatRequest, task: asyncio.Future, facts: dict):
+        """SSE: the role at once (so the client knows the server took the turn), the reply when the agent
+        loop is done (the model's own tokens are not streamed through the loop), then [DONE]."""
+        from starlette.responses import StreamingResponse
+
+        async def events():
+            try:
+                async for event in answer():
+                    yield event
+            finally:
+                if "log" in facts:
+                    facts["log"]()
+
+        async def answer():
+            yield chunk(cid, req.model, {"role": "assistant", "content": ""})
+            deadline = time.monotonic() + self.limits.model_timeout
+            while not task.done() and time.monotonic() < deadline:
+                await asyncio.wait([task], timeout=min(KEEPALIVE_S, max(0.0, deadline - time.monotonic())))
+                if not task.done():
+                    yield ": waiting for the model\n\n"   # an SSE comment: keeps proxies from closing the stream
+            if not task.done():
+                yield f"data: {json.dumps(self._timeout_body())}\n\n"
+                return
+            try:
+                outcome = task.result()
+            except PagerError as exc:
+                yield f"data: {json.dumps(error_body(str(exc), 'invalid_request_error', type(exc).__name__))}\n\n"
+                return
+            facts.update(tokens=outcome["usage"]["prompt_tokens"], faulted=len(outcome["faulted"]))
+            reply = outcome["reply"]
+            if reply.error:
+                body = error_body(f"the model failed: {reply.error}; your message is saved", "api_error", "model_error")
+                yield f"data: {json.dumps(body)}\n\n"
+                return
+            for piece in pieces(reply.text):
+                yield chunk(cid, req.model, {"content": piece})
+            yield chunk(cid, req.model, {}, "stop", pager=self._info(req, outcome))
+            if req.include_usage:
+                body = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": req.model,
+                        "choices": [], "usage": outcome["usage"]}
+                yield f"data: {json.dumps(body)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def _timeout_body(self) -> dict:
+        return error_body(f"the model gave no answer within {self.limits.model_timeout:g} s; your message is saved",
+                          "timeout_error", "model_timeout")
+
+
+def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits()) -> None:
+    """Run until interrupted (the CLI's `pager serve`)."""
+    import uvicorn
+
+    keys = KeyRing(config.home)
+    check_host(host, keys)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    engine = Engine(config)
+    app = Server(engine, keys, limits, host).app()
+    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="on")
+
+

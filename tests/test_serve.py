@@ -1,0 +1,548 @@
+"""`pager serve` with clients nobody here wrote: the official openai client, the mcp SDK's
+streamable HTTP client, curl. Each server runs in this process on a free loopback port and
+is stopped after; the model is the offline memory shell or a scripted one, never a network."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pager.config import Config
+from pager.engine import Engine
+from pager.errors import ConfigError
+from pager.keys import KeyRing
+from pager.serve import Limits, Server, check_host
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+class Running:
+    """A server on a free loopback port, in a thread; `stop` waits for it to close its home."""
+
+    def __init__(self, home: Path, limits: Limits = Limits()) -> None:
+        import uvicorn
+
+        self.config = Config(home=home, embedder="hash")
+        self.keys = KeyRing(home)
+        self.server = Server(Engine(self.config), self.keys, limits)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.uvicorn = uvicorn.Server(uvicorn.Config(self.server.app(), host="127.0.0.1", port=self.port,
+                                                     log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
+        self.thread.start()
+        while not self.uvicorn.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def http(self, key: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def openai(self, key: str = "unused"):
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory):
+    """No keys: the local user's namespace, loopback only."""
+    running = Running(tmp_path_factory.mktemp("serve-open"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    """Two tenants with a key each."""
+    home = tmp_path_factory.mktemp("serve-keyed")
+    ring = KeyRing(home)
+    _, key_a = ring.create("acme")
+    _, key_b = ring.create("bravo")
+    running = Running(home)
+    running.key_a, running.key_b = key_a, key_b
+    yield running
+    running.stop()
+
+
+def turns_of(running: Running, session: str, key: str | None = None) -> int:
+    with running.http(key) as http:
+        return http.get(f"/sessions/{session}").json()["turns"]
+
+
+# -- the openai client -------------------------------------------------------------------------------
+def test_openai_create_remembers_and_runs_the_memory_tools_server_side(open_server):
+    client = open_server.openai()
+    first = client.chat.completions.create(model="offline", user="kitchen",
+                                           messages=[{"role": "user", "content": "My cat is called Miso."}])
+    assert first.choices[0].message.role == "assistant"
+    assert "in memory" in first.choices[0].message.content
+    assert first.usage.prompt_tokens > 0
+    asked = client.chat.completions.create(model="offline", user="kitchen", messages=[
+        {"role": "user", "content": "What is my cat called?"}])
+    assert "Miso" in asked.choices[0].message.content
+    calls = asked.model_extra["pager"]["tool_calls"]
+    assert calls and calls[0]["name"] == "search"   # the offline shell searched its memory, server-side
+    assert asked.model_extra["pager"]["session"] == "kitchen"
+
+
+def test_openai_stream_delivers_the_same_reply_in_chunks(open_server):
+    client = open_server.openai()
+    client.chat.completions.create(model="offline", user="stream",
+                                   messages=[{"role": "user", "content": "The boiler code is 4417."}])
+    stream = client.chat.completions.create(model="offline", user="stream", stream=True,
+                                            stream_options={"include_usage": True},
+                                            messages=[{"role": "user", "content": "What is the boiler code?"}])
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "4417" in text
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.completion_tokens > 0
+    assert turns_of(open_server, "stream") == 4
+
+
+def test_client_defined_tools_are_refused_in_the_error_shape(open_server):
+    import openai
+
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        open_server.openai().chat.completions.create(model="offline", tools=[tool],
+                                                     messages=[{"role": "user", "content": "hi"}])
+    assert info.value.body["param"] == "tools"
+    assert "server-side" in info.value.body["message"]
+
+
+def test_models_lists_offline(open_server):
+    assert "offline" in [m.id for m in open_server.openai().models.list()]
+
+
+def test_resending_the_whole_history_does_not_duplicate_turns(open_server):
+    client = open_server.openai()
+    history: list[dict] = [{"role": "system", "content": "Be brief."}]
+    for i, line in enumerate(["I live in Lyon.", "My sister is Ines.", "Where do I live?", "Who is my sister?"]):
+        history.append({"role": "user", "content": line})
+        reply = client.chat.completions.create(model="offline", messages=history,
+                                               extra_headers={"X-Pager-Session": "resend"})
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        assert reply.model_extra["pager"]["appended"] == 2, f"round {i} appended more than its question and reply"
+    assert turns_of(open_server, "resend") == 8   # the system message is a prompt, not a turn
+    assert "Lyon" in history[6]["content"] and "Ines" in history[8]["content"]
+    edited = history[:3] + [{"role": "user", "content": "Actually I live in Nantes."}]
+    client.chat.completions.create(model="offline", messages=edited, extra_headers={"X-Pager-Session": "resend"})
+    assert turns_of(open_server, "resend") == 10  # an edited branch is new conversation: kept, after the rest
+
+
+def test_header_wins_over_user_field(open_server):
+    client = open_server.openai()
+    client.chat.completions.create(model="offline", user="by-user", extra_headers={"X-Pager-Session": "by-header"},
+                                   messages=[{"role": "user", "content": "hello there"}])
+    with open_server.http() as http:
+        names = [r["session"] for r in http.get("/sessions").json()["data"]]
+    assert "by-header" in names and "by-user" not in names
+
+
+# -- failures: never a lost turn -------------------------------------------------------------------------
+def test_a_failing_model_is_502_and_the_message_is_kept(open_server):
+    from pager.llm import register
+
+    def broken(messages, tools):
+        raise RuntimeError("provider exploded")
+
+    register("broken", broken)
+    with open_server.http() as http:
+        r = http.post("/v1/chat/completions", json={"model": "pager/broken", "user": "fails", "messages": [
+            {"role": "user", "content": "Remember the gate code 9931."}]})
+        assert r.status_code == 502, r.text
+        assert r.json()["error"]["code"] == "model_error"
+        hits = http.get("/sessions/fails/search", params={"q": "gate code"}).json()["results"]
+    assert turns_of(open_server, "fails") == 1
+    assert "9931" in hits[0]["snippet"]
+
+
+def test_a_slow_model_is_504_and_its_reply_is_recorded_when_it_comes(open_server):
+    from pager.llm import register
+
+    release, called = threading.Event(), threading.Event()
+
+    def slow(messages, tools):
+        called.set()
+        release.wait(30)
+        return {"content": "late but here"}
+
+    register("slow", slow)
+    server = open_server.server
+    server.limits = replace(server.limits, model_timeout=0.2)
+    try:
+        with open_server.http() as http:
+            r = http.post("/v1/chat/completions", json={"model": "pager/slow", "user": "slow", "messages": [
+                {"role": "user", "content": "Take your time."}]})
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
+        assert called.is_set()
+    finally:
+        server.limits = replace(server.limits, model_timeout=120)
+        release.set()
+    # the turn holds the session's lock until the reply is recorded: the next request waits for it
+    with open_server.http() as http:
+        r = http.post("/sessions/slow/turns", json={"messages": [{"role": "user", "content": "after"}]})
+    assert r.json()["turns"] == [3]
+
+
+def test_limits_and_malformed_requests(tmp_path):
+    running = Running(tmp_path, Limits(body_bytes=2048, messages=3))
+    try:
+        with running.http() as http:
+            big = {"model": "offline", "messages": [{"role": "user", "content": "x" * 4096}]}
+            r = http.post("/v1/chat/completions", json=big)
+            assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+            chunked = http.post("/sessions/s/turns", content=iter([b'{"messages": [', b" " * 4096, b"]}"]))
+            assert chunked.status_code == 413   # no Content-Length: counted as it arrives
+            r = http.post("/v1/chat/completions", content=b'{"model": "offline", "messages": [',
+                          headers={"content-type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+            many = {"model": "offline", "messages": [{"role": "user", "content": "hi"}] * 4}
+            r = http.post("/v1/chat/completions", json=many)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_messages"
+            for bad in ({"messages": [{"role": "user", "content": "hi"}]},
+                        {"model": "offline", "messages": [{"role": "assistant", "content": "hi"}]},
+                        {"model": "offline", "messages": [{"role": "tool", "content": "hi"}]},
+                        {"model": "offline", "messages": "hi"}, [1, 2]):
+                r = http.post("/v1/chat/completions", json=bad)
+                assert r.status_code == 400, bad
+                assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+            assert http.get("/nowhere").json()["error"]["type"] == "not_found_error"
+            assert http.get("/healthz").json() == {"status": "ok", "keys": False}
+    finally:
+        running.stop()
+
+
+# -- tenants ---------------------------------------------------------------------------------------------
+HOSTILE = ["secret", "secret ", "../secret", "..%2Fsecret", "secret' OR user = 'acme", "SECRET", "sécret",
+           "*", "default"]
+
+
+def test_missing_or_invalid_keys_get_401_and_learn_nothing(keyed):
+    with keyed.http(keyed.key_a) as a:
+        assert a.post("/sessions/secret/turns", json={"messages": [{"content": "acme's plan: merge in May"}]}).status_code == 201
+    forged = keyed.key_a[:-4] + "AAAA"
+    answers = set()
+    for key in (None, "nonsense", forged, "pgr_000000000000_" + "x" * 43):
+        with keyed.http(key) as http:
+            for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("GET", "/sessions"),
+                                 ("GET", "/sessions/secret"), ("GET", "/sessions/absent"),
+                                 ("GET", "/sessions/secret/search?q=plan"), ("POST", "/sessions/secret/turns"),
+                                 ("GET", "/sessions/secret/turns"),
+                                 ("POST", "/mcp")):
+                r = http.request(method, path, json={"messages": [{"role": "user", "content": "hi"}], "model": "offline"})
+                assert r.status_code == 401, (key, path)
+                answers.add(r.text)
+    assert len(answers) == 1   # the same answer whether the session exists or not
+    assert keyed.http().get("/healthz").status_code == 200
+
+
+def test_a_key_reaches_only_its_tenant(keyed):
+    with keyed.http(keyed.key_a) as a:
+        assert a.post("/sessions/secret/turns", json={"messages": [{"content": "acme's password is tulip77"}]}).status_code == 201
+        before = a.get("/sessions/secret").json()["turns"]
+    with keyed.http(keyed.key_b) as b:
+        assert "secret" not in [r["session"] for r in b.get("/sessions").json()["data"]]
+        for name in HOSTILE:
+            assert b.get("/sessions/" + name).status_code in (404, 400), name
+            r = b.get(f"/sessions/{name}/search", params={"q": "password"})
+            assert r.status_code in (404, 400) and "tulip77" not in r.text
+            r = b.get(f"/sessions/{name}/turns")
+            assert r.status_code in (404, 400) and "tulip77" not in r.text
+        # writing under the same name makes bravo's own session; acme's is untouched
+        assert b.post("/sessions/secret/turns", json={"messages": [{"content": "bravo was here"}]}).status_code == 201
+        r = b.get("/sessions/secret/search", params={"q": "acme password"})
+        assert r.status_code == 200 and "tulip77" not in r.text
+        for name in HOSTILE:
+            reply = keyed.openai(keyed.key_b).chat.completions.create(
+                model="offline", user=name, messages=[{"role": "user", "content": "What is the password?"}])
+            assert "tulip77" not in reply.choices[0].message.content
+            if name.isascii() and name == name.strip():  # a header value is trimmed ASCII
+                reply = keyed.openai(keyed.key_b).chat.completions.create(
+                    model="offline", extra_headers={"X-Pager-Session": name},
+                    messages=[{"role": "user", "content": "Do you remember acme's password?"}])
+                assert "tulip77" not in reply.choices[0].message.content
+        for via_query in (False, True):
+            _, _, found, memory = asyncio.run(_mcp(keyed.url, keyed.key_b, "secret", None, "acme password", via_query))
+            assert "tulip77" not in found and "tulip77" not in memory
+    with keyed.http(keyed.key_a) as a:
+        assert a.get("/sessions/secret").json()["turns"] == before
+        found = a.get("/sessions/secret/search", params={"q": "bravo was here"}).json()["results"]
+        assert not any("bravo" in r["snippet"] for r in found)
+        assert a.get("/sessions/secret").json().get("user") is None
+        assert "tulip77" in a.get("/sessions/secret/turns").text
+
+
+def test_hostile_session_names_are_refused_or_contained(keyed):
+    with keyed.http(keyed.key_b) as b:
+        for name in ("x" * 201, "tab\there", "nul\x00"):
+            r = b.post("/v1/chat/completions", json={"model": "offline", "user": name,
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 400, repr(name)
+        r = b.post("/v1/chat/completions", headers={"X-Pager-Session": ""},
+                   json={"model": "offline", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400
+    home = keyed.config.home
+    assert not any(p.name.startswith("..") for p in home.rglob("*"))   # names never become paths
+
+
+def test_revoked_key_is_refused_by_the_running_server(keyed):
+    record, key = keyed.keys.create("charlie")
+    with keyed.http(key) as http:
+        assert http.get("/sessions").status_code == 200
+        KeyRing(keyed.config.home).revoke(record.id)   # as `pager keys revoke` does, from another process
+        assert http.get("/sessions").status_code == 401
+
+
+# -- MCP over streamable HTTP ----------------------------------------------------------------------------
+async def _mcp(url: str, key: str, session: str, note: str | None, query: str, via_query: bool = False):
+    """Through the mcp SDK's streamable HTTP client: (tool names, remember's answer, search's answer, memory map)."""
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {key}"} | ({} if via_query else {"X-Pager-Session": session})
+    endpoint = f"{url}/mcp?{httpx.QueryParams({'session': session})}" if via_query else f"{url}/mcp"
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(endpoint, http_client=http) as (read, write, *_):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                tools = {t.name for t in (await client.list_tools()).tools}
+                remembered = (await client.call_tool("remember", {"text": note})).content[0].text if note else ""
+                found = (await client.call_tool("search", {"query": query})).content[0].text
+                memory = (await client.read_resource("pager://memory-map")).contents[0].text
+                return tools, remembered, found, memory
+
+
+def test_mcp_over_http_lists_calls_and_reads_the_memory_map(keyed):
+    def use(key: str, session: str, note: str):
+        return asyncio.run(_mcp(keyed.url, key, session, note, "kayak canoe"))
+
+    tools, remembered, found, memory = use(keyed.key_a, "boats", "acme owns a red kayak")
+    assert {"search", "page_in", "page_out", "bookmark", "remember", "context"} <= tools
+    assert "remembered as turn 1" in remembered
+    assert "acme owns a red kayak" in found
+    assert "frames" in memory
+    _, remembered_b, found_b, _ = use(keyed.key_b, "boats", "bravo owns a blue canoe")
+    assert "remembered as turn 1" in remembered_b   # its own session of that name
+    assert "bravo owns a blue canoe" in found_b and "acme" not in found_b
+    with keyed.http(keyed.key_a) as a:
+        assert a.get("/sessions/boats").json()["turns"] == 1
+
+
+# -- keys and hosts --------------------------------------------------------------------------------------
+def test_keys_are_stored_hashed_in_a_private_file(tmp_path):
+    ring = KeyRing(tmp_path)
+    record, key = ring.create("acme")
+    text = (tmp_path / "keys.json").read_text()
+    assert key not in text and key.split("_")[-1] not in text
+    assert stat.S_IMODE(os.stat(tmp_path / "keys.json").st_mode) == 0o600
+    assert ring.verify(key) == "acme" and KeyRing(tmp_path).verify(key) == "acme"
+    assert ring.verify(key + "x") is None and ring.verify("") is None
+    assert [r.public()["tenant"] for r in ring.records()] == ["acme"]
+    ring.revoke(record.id)
+    assert ring.verify(key) is None
+
+
+def test_no_keys_means_loopback_only(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    ring = KeyRing(tmp_path)
+    check_host("127.0.0.1", ring)
+    with pytest.raises(ConfigError, match="pager keys create --tenant"):
+        check_host("0.0.0.0", ring)
+    result = CliRunner().invoke(app, ["--home", str(tmp_path), "serve", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 1 and "pager keys create" in result.output   # banner + one line
+    ring.create("acme")
+    check_host("0.0.0.0", ring)
+
+
+# -- the README's examples, run against a live server ------------------------------------------------------
+def _serve_section() -> str:
+    text = README.read_text()
+    start = text.index("## Serve")
+    end = text.find("\n## ", start + 1)
+    return text[start: end if end > 0 else len(text)]
+
+
+def test_readme_curl_example_runs(open_server):
+    blocks = re.findall(r"```sh\n(.*?)```", _serve_section(), re.S)
+    curls = [b for b in blocks if "curl" in b]
+    assert curls, "the Serve section has a curl example"
+    for block in curls:
+        script = block.replace("http://127.0.0.1:8765", open_server.url)
+        out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert '"chat.completion"' in out.stdout or '"session"' in out.stdout, out.stdout
+
+
+def test_readme_openai_snippet_runs(open_server):
+    blocks = re.findall(r"```python\n(.*?)```", _serve_section(), re.S)
+    snippet = next(b for b in blocks if "openai" in b)
+    code = snippet.replace("http://127.0.0.1:8765", open_server.url)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)   # noqa: S102 - our own README, run as a user would
+    assert "reply" in scope
+
+
+# -- many clients at once ---------------------------------------------------------------------------------
+def test_parallel_sessions_lose_nothing_and_keep_each_clients_order(open_server):
+    """Four clients on their own sessions and three on one shared session, all at once, each resending
+    its history: every question and reply stored once, each reply right after its question."""
+    import openai
+
+    def talk(session: str, me: int, turns: int, errors: list) -> None:
+        client = openai.OpenAI(base_url=f"{open_server.url}/v1", api_key="x", max_retries=0)
+        history: list[dict] = []
+        try:
+            for t in range(turns):
+                history.append({"role": "user", "content": f"c{me} says number {t}"})
+                reply = client.chat.completions.create(model="offline", messages=history,
+                                                       extra_headers={"X-Pager-Session": session})
+                history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        except Exception as exc:  # noqa: BLE001 - reported below with the client that failed
+            errors.append(f"c{me}: {exc!r}")
+
+    plan = [(f"par-{c}", c) for c in range(4)] + [("par-shared", 4 + c) for c in range(3)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=talk, args=(session, me, 5, errors)) for session, me in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    with open_server.http() as http:
+        for session in {s for s, _ in plan}:
+            turns = http.get(f"/sessions/{session}/turns", params={"limit": 1000}).json()["turns"]
+            assert [t["turn"] for t in turns] == list(range(1, len(turns) + 1))
+            for me in (m for s, m in plan if s == session):
+                mine = [i for i, t in enumerate(turns) if t["role"] == "user" and t["content"].startswith(f"c{me} ")]
+                assert [turns[i]["content"] for i in mine] == [f"c{me} says number {t}" for t in range(5)], session
+                assert all(turns[i + 1]["role"] == "assistant" for i in mine), session
+            owners = sum(1 for s, _ in plan if s == session)
+            assert len(turns) == owners * 10, session
+
+
+def test_each_request_is_logged_with_session_tokens_faults_and_latency(open_server, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="pager.serve")
+    open_server.openai().chat.completions.create(model="offline", user="logged",
+                                                 messages=[{"role": "user", "content": "log this turn"}])
+    line = next(r.getMessage() for r in caplog.records if "session=logged" in r.getMessage())
+    assert re.search(r"POST /v1/chat/completions 200 session=logged tokens=\d+ faulted=\d+ latency_ms=[\d.]+", line)
+
+
+def test_without_keys_only_requests_addressed_to_loopback_are_served(open_server):
+    """A web page on another origin (or reaching the port through DNS rebinding) gets nothing."""
+    with open_server.http() as http:
+        assert http.get("/sessions").status_code == 200
+        assert http.get("/sessions", headers={"Host": "evil.example:8765"}).status_code == 403
+        r = http.post("/v1/chat/completions", headers={"Origin": "https://evil.example", "Content-Type": "text/plain"},
+                      content=json.dumps({"model": "offline", "messages": [{"role": "user", "content": "x"}]}))
+        assert r.status_code == 403 and r.json()["error"]["code"] == "not_local"
+        assert http.post("/mcp", headers={"Origin": "https://evil.example"}, json={}).status_code == 403
+
+
+def test_a_slow_streamed_turn_keeps_the_stream_alive_and_ends_in_the_error_shape(open_server, monkeypatch):
+    from pager import serve
+    from pager.llm import register
+
+    release = threading.Event()
+
+    def slow(messages, tools):
+        release.wait(30)
+        return {"content": "late"}
+
+    register("slow-stream", slow)
+    monkeypatch.setattr(serve, "KEEPALIVE_S", 0.05)
+    server = open_server.server
+    server.limits = replace(server.limits, model_timeout=0.5)
+    try:
+        with open_server.http() as http:
+            with http.stream("POST", "/v1/chat/completions", json={"model": "pager/slow-stream", "stream": True,
+                             "user": "slow-stream", "messages": [{"role": "user", "content": "stream slowly"}]}) as r:
+                lines = [line for line in r.iter_lines() if line]
+    finally:
+        server.limits = replace(server.limits, model_timeout=120)
+        release.set()
+    assert lines[0].startswith("data: ") and '"role": "assistant"' in lines[0]
+    assert ": waiting for the model" in lines
+    assert json.loads(lines[-1][len("data: "):])["error"]["code"] == "model_timeout"
+
+
+def test_keys_created_at_once_are_all_kept(tmp_path):
+    made: list[str] = []
+
+    def create(i: int) -> None:
+        made.append(KeyRing(tmp_path).create(f"t{i}")[1])
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ring = KeyRing(tmp_path)
+    assert len(ring.records()) == 8 and all(ring.verify(key) for key in made)
+
+
+def test_the_event_loop_stays_free_while_the_engine_works_and_other_sessions_proceed_during_a_model_call(open_server):
+    from pager.llm import register
+
+    engine = open_server.server.engine
+    with engine.lock:   # as if a long LanceDB write held the engine: the loop still answers
+        with open_server.http() as http:
+            assert http.get("/healthz", timeout=10).status_code == 200
+    release, called = threading.Event(), threading.Event()
+
+    def thinking(messages, tools):
+        called.set()
+        release.wait(30)
+        return {"content": "done thinking"}
+
+    register("thinking", thinking)
+    results: dict = {}
+
+    def slow_turn():
+        with open_server.http() as http:
+            results["slow"] = http.post("/v1/chat/completions", json={"model": "pager/thinking", "user": "thinker",
+                                        "messages": [{"role": "user", "content": "think hard"}]})
+
+    worker = threading.Thread(target=slow_turn)
+    worker.start()
+    try:
+        assert called.wait(30)
+        # the model holds its session's lock but not the engine: another session's turn completes meanwhile
+        reply = open_server.openai().chat.completions.create(model="offline", user="not-waiting",
+                                                             messages=[{"role": "user", "content": "quick one"}])
+        assert reply.choices[0].message.content and not release.is_set()
+    finally:
+        release.set()
+        worker.join(30)
+    assert results["slow"].json()["choices"][0]["message"]["content"] == "done thinking"
