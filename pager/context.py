@@ -146,7 +146,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] = ()) -> Context:
+             slabs: list[str] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -157,7 +157,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     """
     count = session.tokenizer.count
     shown: list[int] = []
-    blocks: list[str] = ([state] if state else []) + list(slabs)  # the state, then fact slabs: never dropped
+    blocks: list[str] = ([state] if state else []) + list(slabs or [])  # the state, then fact slabs: never dropped
     costs: list[int] = [count(block + SEPARATOR) for block in blocks]
     fixed = len(blocks)
     for n in session.resident():

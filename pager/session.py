@@ -582,10 +582,12 @@ class Session:
                                                           **({"ts": d.ts} if d.ts is not None else {})}
                                                          for d in drafts])
         turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
-        made = []
-        texts = [d.text for d in drafts if d.text.strip()]
-        vectors = self.home.embedder.embed(texts).astype(np.float16).astype(np.float32) if texts else []
-        for d, vector in zip((d for d in drafts if d.text.strip()), vectors):
+        made: list[Fact] = []
+        drafts = [d for d in drafts if d.text.strip()]
+        if not drafts:
+            return made
+        vectors = self.home.embedder.embed([d.text for d in drafts]).astype(np.float16).astype(np.float32)
+        for d, vector in zip(drafts, vectors):
             turns = tuple(t for t in d.turns if t in turn_pages)
             when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
             pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))

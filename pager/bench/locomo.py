@@ -67,12 +67,12 @@ class Tally:
             by_cat[str(cat)] = {"recall": _mean([o.recall for o in rows]), "all_hit": _mean([o.all_hit for o in rows]),
                                 "n": len(rows)}
         ms = sorted(o.ms for o in self.outcomes) or [0.0]
-        memory = {}
+        memory: dict[str, float] = {}
         if self.outcomes and self.outcomes[0].coverage is not None:
-            memory = {"coverage": _mean([o.coverage for o in head]),
+            memory = {"coverage": _mean([o.coverage or 0.0 for o in head]),
                       "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1)}
-            for cat, row in by_cat.items():
-                row["coverage"] = _mean([o.coverage for o in self.outcomes if str(o.category) == cat])
+            for label, row in by_cat.items():
+                row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
         return {
             "recall": _mean([o.recall for o in head]),
             **memory,
@@ -131,13 +131,14 @@ class Baselines:
     """Turn-level systems over one conversation, packed into the same budget."""
 
     def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int],
-                 facts: list[tuple[str, tuple[int, ...]]] = ()) -> None:
+                 facts: list[tuple[str, tuple[int, ...]]] | None = None) -> None:
         BM25Okapi = need("rank_bm25", "the BM25 baseline (or --no-baselines)").BM25Okapi
 
         self.tokenizer = session.tokenizer
         self.numbers = turn_numbers
         self.lines = [f"{m['speaker']}: {m['text']}" for m in conv.messages]
         self.turn_items = len(self.lines)
+        facts = facts or []
         self.sources = [(t,) for t in turn_numbers] + [turns for _, turns in facts]  # the turns each item holds
         self.lines += [f"- {text}" for text, _ in facts]
         self.costs = [self.tokenizer.count(line) for line in self.lines]
