@@ -51,6 +51,12 @@ class Fact:
         return f"f{self.n}"
 
 
+def fact_record(f: Fact) -> dict:
+    """A fact as the journal and the store keep it."""
+    return {"n": f.n, "subject": f.subject, "text": f.text, "turns": list(f.turns), "pages": list(f.pages),
+            "ts": f.ts, "date": f.date, "source": f.source}
+
+
 def subject_key(subject: str) -> str:
     return " ".join(str(subject).lower().split())
 

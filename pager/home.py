@@ -229,7 +229,8 @@ class Home:
         if (tail[-1].turn if tail else after + 1) != s.turn_count:
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
-                            self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name))
+                            self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name),
+                            self.store.facts(s.user, s.name))
         path = self._snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -298,18 +299,20 @@ class Home:
     def journal_op(self, session, op) -> None:
         """Make one non-turn op (a bookmark, a pin, a state change) durable for a session. A callable
         builds the op under the lock after the session took in what other processes wrote (a state
-        change is numbered after theirs); it returns None when there is nothing to write."""
+        change is numbered after theirs); it returns None when there is nothing to write, or a list of
+        ops to write in one frame (a batch of facts)."""
         with self._mutex, self.session_lock(session.user, session.name) as lock:
             if callable(op):
                 session.sync(lock)
                 op = op()
-                if op is None:
+                if not op:
                     return
+            ops = op if isinstance(op, list) else [op]
             lock.intend()
             try:
-                self.journal.append([{**op, "user": session.user, "session": session.name}])
+                self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
             finally:
-                lock.advance(lock.last_turn, 1)
+                lock.advance(lock.last_turn, len(ops))
 
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
@@ -376,6 +379,7 @@ class Home:
                 batch.vectors += part.vectors
                 batch.bookmarks += part.bookmarks
                 batch.changes += part.changes
+                batch.facts += part.facts
                 batch.states.update(part.states)
             if batch:
                 try:
@@ -496,6 +500,7 @@ class Snapshot:
     saved_bookmarks: list
     tail: list
     saved_changes: list        # the working state's changes
+    saved_facts: list
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -515,6 +520,9 @@ class Snapshot:
 
     def state_changes(self, user: str, session: str, after: int = 0) -> list:
         return [c for c in self.saved_changes if c.seq > after]
+
+    def facts(self, user: str, session: str, after: int = 0) -> list:
+        return [f for f in self.saved_facts if f.n > after]
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept

@@ -48,6 +48,8 @@ OPS: dict[str, dict] = {
     "settings": {"user": str, "session": str, "page_tokens": int, "encoding": str},
     "state": {"user": str, "session": str, "seq": int, "key": str, "value": str, "unset": bool, "page": int,
               "turn": int, "ts": (int, float), "source": str},
+    "fact": {"user": str, "session": str, "n": int, "subject": str, "text": str, "turns": list, "pages": list,
+             "ts": (int, float), "date": str, "source": str},
 }
 
 
@@ -71,6 +73,8 @@ def valid(op) -> str:
         return "a turn needs a number of 1 or more, some text and a string key"
     if op["op"] == "state" and (op["seq"] < 1 or not op["key"] or op["unset"] == bool(op["value"])):
         return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
+    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip()):
+        return "a fact needs a number of 1 or more and some text"
     return ""
 
 

@@ -22,9 +22,9 @@ from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
 from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
-from .facts import Draft, Fact, Facts
+from .facts import Draft, Fact, Facts, fact_record
 from .state import Change, State, check as check_state
-from .store import Batch
+from .store import Batch, fact_from
 from .trace import Events
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class Session:
         self.state = State()            # the working state: key → value, every change kept
         self.facts = Facts()            # facts a memory model made (or its recorded output), none deleted
         self.memory_error = ""          # the memory model's last failure, if any
+        self._facts_waiting: dict[int, Fact] = {}
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -152,6 +153,7 @@ class Session:
             self.turn_count, self._next_start = turn - 1, end
         self._take(store.turns(self.user, self.name, after=self.turn_count))
         self.state.take(store.state_changes(self.user, self.name))
+        self._keep_facts(store.facts(self.user, self.name), event="")
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -363,6 +365,9 @@ class Session:
             if op["op"] == "bookmark":
                 self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
         self._take_state([Change.from_record(op) for op in ops if op["op"] == "state"])
+        facts = [fact_from(op) for op in ops if op["op"] == "fact"]
+        if facts:
+            self._take_facts(facts)
         self._embed_pending()
         self.generation = generation
 
@@ -385,6 +390,10 @@ class Session:
         changes = [Change.from_record(op) for op in ops if op["op"] == "state"]
         self.pending.changes += [(self.user, self.name, c) for c in changes]  # kept once, whoever writes it
         self._take_state(changes)
+        facts = [fact_from(op) for op in ops if op["op"] == "fact"]
+        self.pending.facts += [(self.user, self.name, f) for f in facts]
+        if facts:
+            self._take_facts(facts, event="")
         self._embed_pending()
         return len(turns)
 
@@ -582,22 +591,51 @@ class Session:
                                                           **({"ts": d.ts} if d.ts is not None else {})}
                                                          for d in drafts])
         turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
-        made: list[Fact] = []
         drafts = [d for d in drafts if d.text.strip()]
-        if not drafts:
-            return made
-        vectors = self.home.embedder.embed([d.text for d in drafts]).astype(np.float16).astype(np.float32)
-        for d, vector in zip(drafts, vectors):
-            turns = tuple(t for t in d.turns if t in turn_pages)
-            when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
-            pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
-            fact = Fact(len(self.facts) + 1, d.subject, " ".join(d.text.split()), turns, pages, when,
-                        date_label(when), source)
-            older = self.facts.add(fact, vector)
-            self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in pages], turns=list(turns),
-                      supersedes=older.id if older and self.facts.superseded_by(older) is fact else "")
-            made.append(fact)
+        made: list[Fact] = []
+
+        def ops() -> list[dict]:  # numbered under the session's lock, after the facts other processes made
+            self._take_facts([], store=True)
+            for d in drafts:
+                turns = tuple(t for t in d.turns if t in turn_pages)
+                when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
+                pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
+                made.append(Fact(len(self.facts) + len(made) + 1, d.subject, " ".join(d.text.split()), turns, pages,
+                                 when, date_label(when), source))
+            return [{"op": "fact", **fact_record(f)} for f in made]
+
+        if drafts:
+            self.home.journal_op(self, ops)
+            self.pending.facts += [(self.user, self.name, f) for f in made]
+            self._keep_facts(made)
         return made
+
+    def _keep_facts(self, facts: list[Fact], event: str = "fact") -> None:
+        if not facts:
+            return
+        vectors = self.home.embedder.embed([f.text for f in facts]).astype(np.float16).astype(np.float32)
+        for fact, vector in zip(facts, vectors):
+            older = self.facts.add(fact, vector)
+            if event == "fact":
+                self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in fact.pages],
+                          turns=list(fact.turns), supersedes=older.id if older else "")
+            elif event:  # another process's fact: an input replay feeds back
+                self.emit(event, **fact_record(fact))
+
+    def _take_facts(self, facts: list[Fact], store: bool = False, event: str = "fact_in") -> None:
+        """Facts other processes made, in number order (one ahead of a gap waits; the store fills gaps,
+        as when a journal segment was flushed and removed before we read it)."""
+        for f in facts:
+            if f.n > len(self.facts):
+                self._facts_waiting.setdefault(f.n, f)
+        if store or self._facts_waiting:
+            self.home.store.refresh()
+            for f in self.home.store.facts(self.user, self.name, after=len(self.facts)):
+                self._facts_waiting.setdefault(f.n, f)
+        ready: list[Fact] = []
+        while len(self.facts) + len(ready) + 1 in self._facts_waiting:
+            ready.append(self._facts_waiting.pop(len(self.facts) + len(ready) + 1))
+        self._keep_facts(ready, event)
 
     def _turn_pages(self, wanted: set[int]) -> dict[int, tuple[list[int], float]]:
         """turn → (the pages holding it, its timestamp), for the turns asked about."""

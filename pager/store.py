@@ -23,9 +23,10 @@ import numpy as np
 from .bookmarks import Bookmark
 from .errors import StoreError
 from .page import Page, Turn
+from .facts import Fact, fact_record
 from .state import Change
 
-SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: a table of working-state changes
+SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: tables of working-state changes and facts
 
 
 @dataclass
@@ -39,14 +40,16 @@ class Batch:
     bookmarks: list[tuple[str, str, Bookmark]] = field(default_factory=list)  # (user, session, bookmark)
     states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
     changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
+    facts: list[tuple[str, str, Fact]] = field(default_factory=list)          # (user, session, fact)
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes)
+        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
-                     self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes)
+                     self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes,
+                     self.facts + later.facts)
 
 
 class Store(Protocol):
@@ -58,6 +61,7 @@ class Store(Protocol):
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
     def sessions(self) -> list[dict]: ...
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -74,6 +78,7 @@ class MemoryStore:
         self._bookmarks: dict[tuple[str, str], dict[str, Bookmark]] = {}
         self._states: dict[tuple[str, str], dict] = {}
         self._changes: dict[tuple[str, str], dict[int, Change]] = {}
+        self._facts: dict[tuple[str, str], dict[int, Fact]] = {}
         self.writes = 0
 
     def put(self, batch: Batch) -> None:
@@ -87,6 +92,8 @@ class MemoryStore:
         self._states.update({k: json.loads(json.dumps(v)) for k, v in batch.states.items()})
         for user, session, c in batch.changes:
             self._changes.setdefault((user, session), {}).setdefault(c.seq, c)
+        for user, session, f in batch.facts:
+            self._facts.setdefault((user, session), {}).setdefault(f.n, f)
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -111,6 +118,10 @@ class MemoryStore:
 
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]:
         rows = self._changes.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
+
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]:
+        rows = self._facts.get((user, session), {})
         return [rows[k] for k in sorted(rows) if k > after]
 
     def sessions(self) -> list[dict]:
@@ -203,6 +214,8 @@ class LanceStore:
             "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
             "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
+            "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
+                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -306,6 +319,8 @@ class LanceStore:
                  "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
         if batch.changes:
             self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
+        if batch.facts:
+            self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts])
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa
@@ -418,6 +433,12 @@ class LanceStore:
         rows = self._rows("state_changes", user, session, col("seq") > lit(after))
         return sorted({r["seq"]: Change.from_record(r) for r in rows}.values(), key=lambda c: c.seq)
 
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("facts", user, session, col("n") > lit(after))
+        return sorted({r["n"]: fact_from(r) for r in rows}.values(), key=lambda f: f.n)
+
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
             return []
@@ -505,11 +526,17 @@ def m002_turn_keys(store: LanceStore) -> None:
                 raise
 
 
-ADDED_BY_MIGRATION = {"state_changes"}  # tables a store made by an older release gains by a named step
+ADDED_BY_MIGRATION = {"state_changes", "facts"}  # tables a store made by an older release gains by a named step
 
 
 @migration
-def m003_state_changes(store: LanceStore) -> None:
-    """a table for the working state's changes"""
-    if "state_changes" not in store._tables:
-        store._create("state_changes", store._schemas()["state_changes"])
+def m003_memory_tiers(store: LanceStore) -> None:
+    """tables for the working state's changes and for facts"""
+    for name in ("state_changes", "facts"):
+        if name not in store._tables:
+            store._create(name, store._schemas()[name])
+
+
+def fact_from(r: dict) -> Fact:
+    return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
+                r["date"], r["source"])

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import InputError
+from .facts import fact_record
 
 TRACE_VERSION = 1
 
@@ -162,4 +163,5 @@ def begin(session, model: str, budget: int) -> None:
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
-                     changes=[asdict(c) for c in session.state.changes])
+                     changes=[asdict(c) for c in session.state.changes],
+                     facts=[fact_record(f) for f in session.facts.items])

@@ -168,3 +168,35 @@ def test_regions_hold_the_budget_with_facts_of_any_size(tmp_path_factory, facts,
     assert ctx.tokens["facts"] <= len(slabs) * page_tokens
     assert len(ctx.pages) + len(slabs) <= max(1, (config.budget - config.map_reserve) // page_tokens)
     home.journal.close(remove=True)
+
+
+def test_facts_are_durable_seen_by_another_process_recovered_and_reloaded(tmp_path):
+    config = Config(home=tmp_path / "h", budget=1024, embedder="hash")
+    a, b = Home(config, embedder=HashEmbedder()), Home(config, embedder=HashEmbedder())
+    sa, sb = a.open("moves"), b.open("moves")
+    sa.append_many([{"speaker": s, "text": t, "ts": 1_700_000_000 + 86_400 * i} for i, (s, t) in enumerate(TALK)])
+    sa.add_facts([Draft("home city", "Maya lives in Paris.", (1,))], "script")
+    sb.sync()
+    assert [f.text for f in sb.facts.items] == ["Maya lives in Paris."]
+    moved = sb.add_facts([Draft("home city", "Maya moved to Berlin.", (44,))], "script")  # numbered after a's
+    assert [f.n for f in moved] == [2]
+    b.close()
+    dead = Home(config, embedder=HashEmbedder())
+    dead.open("moves").add_facts([Draft("medication dose", "Maya takes 20 mg.", (46,))], "script")
+    dead.journal.close(remove=False)   # killed before any flush
+    a.close()
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open("moves")
+        assert [f.text for f in s.facts.items] == ["Maya lives in Paris.", "Maya moved to Berlin.", "Maya takes 20 mg."]
+        paris, berlin = s.facts.history("home city")
+        assert s.facts.superseded_by(paris) is berlin and paris.pages and berlin.turns == (44,)
+        assert [f.n for f in home.store.facts("", "moves")] == [1, 2, 3]
+
+
+def test_the_journal_refuses_malformed_facts():
+    from pager import journal
+
+    good = {"op": "fact", "user": "", "session": "s", "n": 1, "subject": "city", "text": "Maya lives in Paris.",
+            "turns": [1], "pages": [1], "ts": 0.0, "date": "1 Jan 2024", "source": "script"}
+    assert journal.valid(good) == ""
+    assert journal.valid({**good, "n": 0}) and journal.valid({**good, "text": " "}) and journal.valid({**good, "turns": 1})

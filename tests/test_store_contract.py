@@ -82,3 +82,13 @@ def test_state_changes_are_kept_once_in_order_per_session(store):
     assert store.state_changes("u", "s") == sorted(changes, key=lambda c: c.seq)
     assert [c.seq for c in store.state_changes("u", "s", after=1)] == [2, 3]
     assert [c.seq for c in store.state_changes("u", "other")] == [1] and store.state_changes("x", "s") == []
+
+
+def test_facts_are_kept_once_in_order_per_session(store):
+    from pager.facts import Fact
+
+    facts = [Fact(n, "city", f"fact {n}", (n,), (1, 2), float(n), "8 May 2023", "script") for n in (2, 1)]
+    store.put(Batch(facts=[("u", "s", f) for f in facts]))
+    store.put(Batch(facts=[("u", "s", facts[0])]))  # replayed after a crash
+    assert store.facts("u", "s") == sorted(facts, key=lambda f: f.n)
+    assert [f.n for f in store.facts("u", "s", after=1)] == [2] and store.facts("u", "x") == []
