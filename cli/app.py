@@ -355,6 +355,25 @@ def check(
 
 
 @command()
+def migrate(ctx: typer.Context) -> None:
+    """Bring the store forward by the named migrations it lacks, one line each.
+
+    Opening a home for writing does the same; commands that only look report what is pending."""
+    from pager.home import Home
+    from pager.store import MIGRATIONS, SCHEMA_VERSION
+
+    config = load_config(ctx)
+    notes: list[str] = []
+    with Home(config, warn=notes.append) as home:
+        _ = home.store  # opening it for writing applies what is missing
+    for note in notes:
+        typer.echo(note)
+    if not any("was migrated" in note for note in notes):
+        typer.echo(f"the store at {config.db_uri} is up to date: schema v{SCHEMA_VERSION}, "
+                   f"migrations {', '.join(m.__name__ for m in MIGRATIONS)}")
+
+
+@command()
 def replay(
     trace: Path = typer.Argument(..., help="a trace (JSONL) written by pager chat, the toolkit or pager bench trace"),
     check: bool = typer.Option(False, "--check", help="compare with the recording; exit 1 at the first divergence"),
@@ -487,6 +506,7 @@ def bench_locomo(
 @bench_app.command("scale")
 @handles_errors
 def bench_scale(
+    ctx: typer.Context,
     pages: int = typer.Option(..., "--pages", help="pages in the home, across many sessions and users"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="build the home in this folder and keep it"),
@@ -498,7 +518,7 @@ def bench_scale(
 
     if pages < 1000:
         raise PagerError("--pages must be at least 1000")
-    report = scale.main(pages, json_path, keep)
+    report = scale.main(pages, json_path, keep, (ctx.obj or {}).get("db"))
     Console().print_json(json.dumps(report))
 
 

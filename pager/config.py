@@ -27,6 +27,24 @@ ENV = {
     "PAGER_EMBEDDER": "embedder",
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
+    "PAGER_S3_ENDPOINT": "s3_endpoint",
+    "PAGER_S3_REGION": "s3_region",
+    "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
+    "PAGER_LEASE_S": "lease_s",
+    "PAGER_LEASE_WAIT_S": "lease_wait_s",
+}
+
+# The usual AWS variables → LanceDB storage option, read here so no other module reads the
+# environment; PAGER_S3_* settings win over them. (LanceDB's object store reads AWS_* itself too.)
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+    "AWS_SESSION_TOKEN": "aws_session_token",
+    "AWS_ENDPOINT_URL": "endpoint",
+    "AWS_ENDPOINT_URL_S3": "endpoint",
+    "AWS_DEFAULT_REGION": "region",
+    "AWS_REGION": "region",
+    "AWS_ALLOW_HTTP": "allow_http",
 }
 
 
@@ -44,7 +62,7 @@ class Config:
     model: str = ""              # litellm model string; empty means the offline memory shell
     budget: int = 8192           # tokens of the whole prompt the model sees
     page_tokens: int = 128       # tokens per page and per frame, header included (chosen by measurement)
-    policy: str = "clock"        # eviction policy: clock, lru, lfu, scored
+    policy: str = ""             # eviction policy: clock, lru, lfu, scored; empty: the session's own, else clock
     map_tokens: int = 0          # memory-map reserve; 0 means budget/32 clamped to [48, 384]
     output_tokens: int = 1024    # reserved for the model's reply, outside the budget
     pressure: float = 0.85       # frames-in-use share above which the model is warned
@@ -62,12 +80,18 @@ class Config:
     bookmark_model: str = ""     # litellm model that writes bookmarks of sealed pages; empty: offline extraction only
     bookmark_batch: int = 8      # sealed pages per bookmark-writer call
     tokenizer: str = ""          # tiktoken encoding; empty means chosen from the model
+    s3_endpoint: str = ""        # S3-compatible endpoint URL (MinIO, R2, a local server); empty: AWS
+    s3_region: str = ""          # S3 region; most S3-compatible servers want one (us-east-1)
+    s3_allow_http: str = ""      # "true" lets the store talk plain http (a local S3 server)
+    aws: tuple = field(default=(), repr=False)  # (storage option, value) pairs from AWS_*; kept out of repr
+    lease_s: float = 30.0        # a session's write lease lapses this long after its holder was last seen
+    lease_wait_s: float = 0.0    # how long a writer waits for another host's lease; 0 refuses at once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
         if self.page_tokens < 48:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
-        if self.policy not in POLICIES:
+        if self.policy and self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
         if self.budget < self.page_tokens + CHAT_FLOOR:
             raise ConfigError(
@@ -82,12 +106,26 @@ class Config:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:
             raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
+        if self.lease_s <= 0 or self.lease_wait_s < 0:
+            raise ConfigError(f"lease_s {self.lease_s} must be above 0 and lease_wait_s {self.lease_wait_s} 0 or more")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
 
     @property
     def db_uri(self) -> str:
         return self.db or str(self.home / "db")
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings."""
+        options = dict(self.aws)
+        for key, value in (("endpoint", self.s3_endpoint), ("region", self.s3_region),
+                           ("allow_http", self.s3_allow_http)):
+            if value:
+                options[key] = value
+        if options.get("endpoint", "").startswith("http://") and "allow_http" not in options:
+            options["allow_http"] = "true"  # an http:// endpoint says so already
+        return options
 
     @property
     def map_reserve(self) -> int:
@@ -111,6 +149,9 @@ class Config:
         for var, name in ENV.items():
             if source.get(var):
                 values[name] = _coerce(name, types[name], source[var], var)
+        aws = {option: source[var] for var, option in AWS_ENV.items() if source.get(var)}
+        if aws:
+            values["aws"] = tuple(sorted(aws.items()))
         values.update({k: v for k, v in flags.items() if v is not None})
         return cls(**values)
 

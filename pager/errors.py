@@ -45,3 +45,7 @@ class ModelError(PagerError):
 
 class ToolError(PagerError):
     """A typed Toolkit call the tool refused; the message is the tool's answer and names the fix."""
+
+
+class LeaseHeld(PagerError):
+    """Another host holds the write lease of a session (pager.lease)."""

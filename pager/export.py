@@ -16,8 +16,7 @@ def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
     lines = []
     for t in turns:
         record = {"speaker": t.speaker, "role": t.role, "text": t.text, "date": t.date, "ts": t.ts, "ref": t.ref}
-        if t.key:
-            record["key"] = t.key
+        record["key"] = t.key or t.identity()
         lines.append(json.dumps(record, ensure_ascii=False) + "\n")
     if isinstance(out, (str, Path)):
         path = Path(out)

@@ -16,6 +16,13 @@ the turns packed onto pages. Pages are sealed from the gapless, durable turn seq
 (Session._take), so every process that packs a session seals the same pages, and the store keeps
 each once. Ownership: this process's journal segment and the sessions' lock files are local;
 what lives in the store is shared. A read-only home (search, inspect, export) writes nothing.
+
+What is local and what is shared, when several hosts use one store (`--db s3://…`): the journal,
+the lock files, the caches and the traces are this home's alone (another host never reads them);
+turns, pages, bookmarks, page-table states, meta (schema, migrations) and the leases are in the
+store. The lock files order the processes of this home; the lease (pager.lease) orders the
+homes: a session is written by one home at a time, and a home that just took a session's lease
+reads what another home flushed before it numbers a turn.
 """
 
 from __future__ import annotations
@@ -30,15 +37,16 @@ import shutil
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, LeaseHeld, StoreError
 from .journal import Journal
-from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store
+from .lease import Leases
+from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
 from .tokens import Tokenizer, get_tokenizer
 
 if TYPE_CHECKING:
@@ -110,6 +118,9 @@ class Home:
         self.flushes = 0
         self._closed = False
         self.recovered = 0
+        # the lease clock is the wall clock whatever clock the session uses: other hosts compare against it
+        self.leases = Leases(lambda: self.store, os.path.abspath(self.path), config.lease_s, config.lease_wait_s,
+                             warn=self.warn)
         if not read_only:
             self._sweep_tmp()
             self.recovered = self.recover()
@@ -143,11 +154,15 @@ class Home:
     @property
     def store(self) -> Store:
         if self._store is None:
-            if self.read_only and "://" not in self.config.db_uri and not Path(self.config.db_uri).exists():
+            uri = self.config.db_uri
+            if self.read_only and is_local(uri) and not Path(uri.removeprefix("file://")).exists():
                 self._store = MemoryStore(self.embedder.dim)  # nothing was ever stored here
             else:
-                self._store = LanceStore(self.config.db_uri, self.embedder.dim, read_only=self.read_only,
-                                          notify=self.warn)
+                self._store = LanceStore(uri, self.embedder.dim, read_only=self.read_only, notify=self.warn,
+                                         storage_options=self.config.storage_options)
+                if self._store.pending_migrations:
+                    self.warn(f"the store at {uri} lacks migration(s) {', '.join(self._store.pending_migrations)}; "
+                              "run `pager migrate` (a command that only looks does not migrate)")
         return self._store
 
     # -- sessions -------------------------------------------------------------------------------------
@@ -271,6 +286,7 @@ class Home:
                 locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
                 plans = {}
                 for s in order:
+                    self._lease(s)
                     s.sync(locks[s])
                     plans[s] = s.number(drafts[s], locks[s].last_turn)
                 written = [s for s in order if plans[s][0]]
@@ -302,6 +318,7 @@ class Home:
         change is numbered after theirs); it returns None when there is nothing to write, or a list of
         ops to write in one frame (a batch of facts)."""
         with self._mutex, self.session_lock(session.user, session.name) as lock:
+            self._lease(session)
             if callable(op):
                 session.sync(lock)
                 op = op()
@@ -313,6 +330,12 @@ class Home:
                 self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
             finally:
                 lock.advance(lock.last_turn, len(ops))
+
+    def _lease(self, s) -> None:
+        """Hold the session's lease (pager.lease) before writing it; when it was just taken, another home
+        may have written the session since this one last did: take in what the store holds."""
+        if self.leases.ensure(s.user, s.name):
+            s.catch_up()
 
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
@@ -372,6 +395,14 @@ class Home:
             return
         with self._mutex:
             parts = {s: s.take_pending() for s in self.sessions.values()}
+            for s, part in list(parts.items()):
+                if (part.turns or part.bookmarks) and self.leases.applies():
+                    self.leases.ensure(s.user, s.name)  # held since they were accepted; refused if it lapsed
+                elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
+                    try:  # pages sealed from what another home wrote: written by whoever holds the lease
+                        self.leases.ensure(s.user, s.name, wait=False)
+                    except LeaseHeld:
+                        del parts[s]
             batch = Batch()
             for part in parts.values():
                 batch.turns += part.turns
@@ -411,11 +442,19 @@ class Home:
 
     def _recover_segment(self, path: Path, ops: list[dict], damaged: bool) -> int:
         count = 0
-        for user, session in sorted({(op["user"], op["session"]) for op in ops}):
+        keys = sorted({(op["user"], op["session"]) for op in ops})
+        try:
+            fresh = {key: self.leases.ensure(*key) for key in keys}
+        except LeaseHeld as exc:
+            self.warn(f"the journal {path.name} of a dead process is kept for later: {exc}")
+            return 0
+        for user, session in keys:
             with self.session_lock(user, session) as lock:
                 s = self.open(session, user)
                 s.sync(lock)
-                mine = [op for op in ops if (op["user"], op["session"]) == (user, session)]
+                if fresh[(user, session)]:
+                    s.catch_up()
+                mine = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
                 count += s.adopt(mine)
                 last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
                 lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
@@ -426,15 +465,40 @@ class Home:
             path.unlink(missing_ok=True)
         return count
 
+    def _renumber_lost(self, s, ops: list[dict]) -> list[dict]:
+        """A dead process's turns that another home numbered over while the lease had lapsed (the same
+        numbers hold other turns in the store) are kept, numbered after the session's last turn."""
+        clash = [op for op in ops if op["op"] == "turn" and op["turn"] <= s.turn_count]
+        if not clash:
+            return ops
+        stored = {t.turn: t for t in self.store.turns(s.user, s.name, after=min(op["turn"] for op in clash) - 1)}
+        lost = [op for op in clash if op["turn"] in stored
+                and (stored[op["turn"]].text, stored[op["turn"]].speaker) != (op["text"], op["speaker"])]
+        if not lost:
+            return ops
+        known = self.store.keys(s.user, s.name)
+        base = s.turn_count
+        moved = []
+        for op in lost:
+            if op.get("key") and op["key"] in known:
+                continue  # the other home took this very message in: it is stored once
+            base += 1
+            moved.append({**op, "turn": base})
+        self.warn(f"{len(lost)} turns of session {s.name!r} from a dead process were numbered over by another home "
+                  f"while their lease had lapsed; kept as turns {s.turn_count + 1}-{base}")
+        lost_ids = {id(op) for op in lost}
+        return [op for op in ops if id(op) not in lost_ids] + moved
+
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
 
     def _sweep_tmp(self) -> None:
-        """Remove temporary files a killed LanceDB writer left under the local store."""
+        """Remove temporary files a killed LanceDB writer left under the local store (an object store
+        keeps no temporary files: a write is one PUT)."""
         uri = self.config.db_uri
-        if "://" in uri or not Path(uri).exists():
+        if not is_local(uri) or not Path(uri.removeprefix("file://")).exists():
             return
         cutoff = time.time() - self.TMP_AGE_S
-        for tmp in Path(uri).glob("*/data/.tmp*"):
+        for tmp in Path(uri.removeprefix("file://")).glob("*/data/.tmp*"):
             try:
                 if tmp.stat().st_mtime < cutoff:
                     shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
@@ -451,9 +515,17 @@ class Home:
             self.flush()
         except Exception:
             self.journal.close(remove=False)  # everything accepted stays in the journal for the next process
+            self.leases.stop()  # and the lease lapses: this home's next process recovers the journal
             self._closed = True
             raise
+        # another live process of this home (every one holds a journal segment) shares the leases: they
+        # stay, renewed by it for the sessions it writes, lapsing for the others
+        others = self.journal.segments() if self.leases.held else []
         self.journal.close(remove=True)
+        if others:
+            self.leases.stop()
+        else:
+            self.leases.release()
         for s in self.sessions.values():
             self.save_index(s)
             self.save_snapshot(s)
@@ -468,6 +540,7 @@ class Home:
         else:
             # keep the journal: whatever was accepted is replayed by the next process
             self.journal.close(remove=False)
+            self.leases.stop()
             self._closed = True
 
 
@@ -499,8 +572,8 @@ class Snapshot:
     saved_pages: list
     saved_bookmarks: list
     tail: list
-    saved_changes: list        # the working state's changes
-    saved_facts: list
+    saved_changes: list = field(default_factory=list)   # the working state's changes
+    saved_facts: list = field(default_factory=list)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 

@@ -152,6 +152,10 @@ def _take_body(body: bytes, path: Path, where: int, out: Read) -> None:
     except (ValueError, TypeError, KeyError):
         out.damage.append(f"{path.name} at offset {where}: a frame that is not a list of ops")
         return
+    if isinstance(obj.get("v"), int) and obj["v"] > VERSION:  # a newer pager wrote it: keep it for that pager
+        out.damage.append(f"{path.name} at offset {where}: a frame of journal v{obj['v']}, newer than this pager "
+                          f"(v{VERSION}); upgrade pager to recover it")
+        return
     for i, op in enumerate(ops):
         problem = valid(op)
         if problem:

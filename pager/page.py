@@ -9,6 +9,7 @@ turns, and two processes on one session seal identical pages.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from .tokens import Tokenizer
@@ -31,6 +32,12 @@ class Turn:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def identity(self) -> str:
+        """A key for a turn that came with none, as `pager export` writes it: its number and a digest
+        of what it says, so importing a session's export back into it adds nothing twice."""
+        what = "\x00".join((self.speaker, self.role, self.text, self.date, repr(float(self.ts))))
+        return f"turn:{self.turn}:{hashlib.sha256(what.encode()).hexdigest()[:16]}"
 
     @classmethod
     def from_record(cls, record: dict) -> "Turn":

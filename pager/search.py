@@ -300,9 +300,10 @@ class Index:
 
     def __getstate__(self) -> dict:
         """Pickled (the index cache) without the spare capacity: the rows in use only."""
+        vectors = np.ascontiguousarray(self.vectors())  # first: it takes in the pending rows
         state = dict(self.__dict__)
         state.pop("_spare", None)
-        state["_vectors"] = np.ascontiguousarray(self.vectors())
+        state["_vectors"] = vectors
         return state
 
     def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),

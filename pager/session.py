@@ -61,7 +61,8 @@ class Session:
         # (a `settings` op in its journal frame), then kept in the stored state.
         self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
         self.settled = "page_tokens" in state
-        self.policy = make_policy(policy or state.get("policy") or cfg.policy)
+        # a policy asked for (an argument, --policy, PAGER_POLICY) wins over the one the session last ran
+        self.policy = make_policy(policy or cfg.policy or state.get("policy") or "clock")
         self.table = PageTable()
         self.pages: dict[int, Page] = {}
         self.directory = bm.Directory()
@@ -225,6 +226,7 @@ class Session:
             for key, turn in self.home.store.keys(self.user, self.name).items():
                 self.keys.setdefault(key, turn)
             self._keys_loaded = True
+        self._recognise_exported([d.key for d in drafts if d.key.startswith("turn:") and d.key not in self.keys])
         base = max(last_turn, self.turn_count, max(self._waiting, default=0))
         new: list[Turn] = []
         out: list[Turn] = []
@@ -240,6 +242,25 @@ class Session:
             if d.key:
                 batch[d.key] = t.turn
         return new, out
+
+    def _recognise_exported(self, keys: list[str]) -> None:
+        """Keys `pager export` wrote for turns that had none (`Turn.identity`): a key names a turn of
+        this session when that turn still says the same; then it is held like any other key."""
+        wanted: dict[int, str] = {}
+        for key in keys:
+            digits = key.split(":")[1]
+            if digits.isascii() and digits.isdigit():
+                wanted[int(digits)] = key
+        if not wanted:
+            return
+        after = min(wanted) - 1
+        turns = {t.turn: t for t in self.home.store.turns(self.user, self.name, after=after)}
+        for op in self.home.journal.read_new({}, own=True):
+            if op["op"] == "turn" and (op["user"], op["session"]) == (self.user, self.name) and op["turn"] > after:
+                turns.setdefault(op["turn"], Turn.from_record(op))
+        for number, key in wanted.items():
+            if number in turns and turns[number].identity() == key:
+                self.keys[key] = number
 
     def take_accepted(self, turns: list[Turn], origin: str) -> None:
         """Turns this process just made durable: to the store at the next flush, onto pages now."""
@@ -370,6 +391,12 @@ class Session:
             self._take_facts(facts)
         self._embed_pending()
         self.generation = generation
+
+    def catch_up(self) -> None:
+        """Take in what another home flushed to the store (this home just took the session's lease)."""
+        self.home.store.refresh()
+        self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
+        self._embed_pending()
 
     def adopt(self, ops: list[dict]) -> int:
         """A dead process's journal ops for this session (recovery): its turns, bookmarks and pins are

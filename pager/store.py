@@ -8,6 +8,11 @@ Writes arrive in batches from the journal, never one row at a time: every LanceD
 is a new version and fragment. Writes are insert-if-absent on their natural keys, so a
 batch replayed after a crash, or written by two processes that sealed the same page,
 lands once. Every filter is built with lancedb.expr, never by pasting strings.
+
+Everything here is shared by every host that opens the same URI; nothing in this module assumes
+the URI is a local folder (is_local guards the two places that look at files: stats and the
+sweep of a killed writer's temporary files in pager.home). The `leases` table is born with all
+its rows and only ever updated by compare-and-swap (swap_lease), so a lease never races an insert.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
 
-SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: tables of working-state changes and facts
+SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts
+LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
+
+
+def is_local(uri: str) -> bool:
+    """Whether a store URI is a folder on this machine (not s3://, gs://, az://, memory://)."""
+    return "://" not in uri or uri.startswith("file://")
 
 
 @dataclass
@@ -176,7 +188,7 @@ class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
-                 notify=None) -> None:
+                 notify=None, storage_options: dict[str, str] | None = None) -> None:
         import lancedb
 
         self.uri = uri
@@ -185,16 +197,24 @@ class LanceStore:
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
         try:
-            kwargs: dict = {}
+            kwargs: dict = {"storage_options": storage_options} if storage_options else {}
             if read_consistency_s is not None:
                 from datetime import timedelta
 
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {exc}; check --db / PAGER_DB") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
+                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
         self._tables: dict = {}
-        self._open_or_create()
+        try:
+            self._open_or_create()
+        except StoreError:
+            raise
+        except (OSError, RuntimeError, ValueError) as exc:
+            # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
+                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -229,6 +249,10 @@ class LanceStore:
                 continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
             else:
                 self._create(name, schema)
+        if "leases" in existing:
+            self._tables["leases"] = self._open("leases")
+        elif fresh and not self.read_only:
+            self._create_leases()
         if "meta" in self._tables:
             self._check(fresh)
 
@@ -489,17 +513,102 @@ class LanceStore:
                 pass  # another process is indexing; optimize() keeps an existing index current
 
     def stats(self) -> dict:
+        """Files and bytes on a local disk (every file, manifests included); on an object store, the
+        data fragments and bytes LanceDB reports."""
         files = versions = size = 0
         for table in self._tables.values():
             versions += len(table.list_versions())
-        if "://" not in self.uri:
+            if not is_local(self.uri):
+                stats = table.stats()
+                files += stats["fragment_stats"]["num_fragments"]
+                size += stats["total_bytes"]
+        if is_local(self.uri):
             from pathlib import Path
 
-            for path in Path(self.uri).rglob("*"):
+            for path in Path(self.uri.removeprefix("file://")).rglob("*"):
                 if path.is_file():
                     files += 1
                     size += path.stat().st_size
         return {"files": files, "versions": versions, "bytes": size}
+
+    # -- leases: one writer per session across hosts (pager.lease decides; this is the storage) ----------
+    def _create_leases(self) -> None:
+        """The leases table is born with all its rows, in one commit: a lease is then always an update
+        of an existing row, which LanceDB's commit conflict check makes a compare-and-swap."""
+        import pyarrow as pa
+
+        schema = pa.schema([("slot", pa.int64()), ("rev", pa.int64()), ("body", pa.string())])
+        rows = pa.Table.from_pylist([{"slot": n, "rev": 0, "body": "{}"} for n in range(LEASE_SLOTS)], schema=schema)
+        try:
+            self._tables["leases"] = self.db.create_table("leases", data=rows)
+        except (OSError, ValueError, RuntimeError):
+            self._tables["leases"] = self._open("leases")  # another process created it first
+
+    @staticmethod
+    def _lease_slot(user: str, session: str) -> int:
+        import hashlib
+
+        return int.from_bytes(hashlib.sha256(f"{user}\x00{session}".encode()).digest()[:4], "big") % LEASE_SLOTS
+
+    def _lease_row(self, slot: int) -> tuple[int, dict]:
+        from lancedb.expr import col, lit
+
+        table = self._tables["leases"]
+        table.checkout_latest()
+        rows = table.search().where(col("slot") == lit(slot)).limit(1).to_list()
+        return (rows[0]["rev"], json.loads(rows[0]["body"])) if rows else (0, {})
+
+    def lease(self, user: str, session: str) -> dict | None:
+        """The session's lease entry ({holder, home, expires, seen}) as the store holds it, or None."""
+        if "leases" not in self._tables:
+            return None
+        return self._lease_row(self._lease_slot(user, session))[1].get(f"{user}\x00{session}")
+
+    def swap_lease(self, user: str, session: str, change) -> dict | None:
+        """Apply change(entry or None) → (new entry or None, result) to the session's lease as one
+        compare-and-swap on its slot's revision, retried until no other writer got in between.
+        Returns the result of the change that was committed."""
+        return self.swap_leases([(user, session)], change)[(user, session)]
+
+    def swap_leases(self, keys: list[tuple[str, str]], change) -> dict:
+        """swap_lease for several sessions of one slot in one compare-and-swap (a home renewing all
+        the leases it holds pays one commit per slot, not one per session)."""
+        import pyarrow as pa
+
+        if "leases" not in self._tables:
+            raise StoreError(f"the store at {self.uri} has no leases table; run `pager migrate`")
+        slots = {self._lease_slot(u, s) for u, s in keys}
+        assert len(slots) == 1, "one slot per swap"
+        slot = slots.pop()
+        table = self._tables["leases"]
+        schema = table.schema
+        last: Exception | None = None
+        for _ in range(50):
+            rev, body = self._lease_row(slot)
+            changed, results = dict(body), {}
+            for user, session in keys:
+                key = f"{user}\x00{session}"
+                entry, results[(user, session)] = change(body.get(key))
+                if entry is None:
+                    changed.pop(key, None)
+                else:
+                    changed[key] = entry
+            if changed == body:
+                return results  # nothing to write
+            data = pa.Table.from_pylist([{"slot": slot, "rev": rev + 1, "body": json.dumps(changed, sort_keys=True)}],
+                                        schema=schema)
+            try:
+                # rev is an int of ours, not user text: the one filter here that is a string
+                done = table.merge_insert("slot").when_matched_update_all(where=f"target.rev = {int(rev)}").execute(data)
+            except (OSError, RuntimeError) as exc:  # a conflict LanceDB's own retries did not settle
+                last = exc
+                time.sleep(0.01)
+                continue
+            if done.num_updated_rows == 1:
+                return results
+        names = ", ".join(repr(s) for _, s in keys)
+        raise StoreError(f"could not update the lease of session {names} ({last or 'too many writers at once'}); "
+                         "try again")
 
 
 def _first_line(exc: Exception) -> str:
@@ -526,11 +635,18 @@ def m002_turn_keys(store: LanceStore) -> None:
                 raise
 
 
+@migration
+def m003_leases(store: LanceStore) -> None:
+    """a leases table: one writer per session across hosts sharing the store"""
+    if "leases" not in store._tables:
+        store._create_leases()
+
+
 ADDED_BY_MIGRATION = {"state_changes", "facts"}  # tables a store made by an older release gains by a named step
 
 
 @migration
-def m003_memory_tiers(store: LanceStore) -> None:
+def m004_memory_tiers(store: LanceStore) -> None:
     """tables for the working state's changes and for facts"""
     for name in ("state_changes", "facts"):
         if name not in store._tables:

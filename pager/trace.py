@@ -130,6 +130,10 @@ def read_trace(path: Path) -> Iterator[dict]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise InputError(f"no trace at {path}; list traces with `ls ~/.pager/traces`") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a folder; give one trace file in it (`ls {path}`)") from None
+    except PermissionError:
+        raise InputError(f"cannot read {path}: permission denied") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text ({exc}); is it a trace?") from None
     for number, line in enumerate(lines, 1):

@@ -73,3 +73,55 @@ def run_py(code: str, env=None, **kw):
 
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, **kw)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A local S3-compatible server (moto's standalone server) on 127.0.0.1 and a free port, for the
+    session: yields its endpoint; every test makes its own bucket. Skips when moto is not installed."""
+    pytest.importorskip("moto.server", reason="moto[server] (the test extra) runs the local S3 server")
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    import tempfile
+
+    log = tempfile.TemporaryFile()  # its request log: a pipe nobody reads would fill and stall the server
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        while True:  # wait for the server to answer (the event), not for a duration
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"the local S3 server exited: {log.read().decode()[-500:]}")
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+_buckets = iter(range(10**6))
+
+
+@pytest.fixture
+def s3(s3_server):
+    """A fresh bucket on the local S3 server: (environment for pager, store URI)."""
+    import boto3
+
+    bucket = f"pager-test-{os.getpid()}-{next(_buckets)}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="test",
+                 aws_secret_access_key="test").create_bucket(Bucket=bucket)
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "PAGER_S3_ENDPOINT": s3_server,
+           "PAGER_S3_REGION": "us-east-1", "PAGER_S3_ALLOW_HTTP": "true"}
+    return env, f"s3://{bucket}/pager"

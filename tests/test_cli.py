@@ -130,3 +130,24 @@ def test_chat_with_a_model_and_no_key_is_one_line(tmp_path):
     assert out.returncode != 0
     assert "OPENAI_API_KEY" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_policy_asked_for_wins_over_the_sessions_own(tmp_path):
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    cfg = Config(home=tmp_path / "h", embedder="hash", policy="clock")
+    with Home(cfg, embedder=HashEmbedder()) as h:
+        h.open("p").append("ann", "a turn")
+    with Home(cfg.with_(policy="lru"), embedder=HashEmbedder()) as h:  # pager chat --policy lru
+        assert h.open("p").policy.name == "lru"
+    with Home(cfg.with_(policy=""), embedder=HashEmbedder()) as h:     # no --policy: the session's own
+        assert h.open("p").policy.name == "lru"
+
+
+def test_a_folder_given_as_a_trace_is_one_line(tmp_path):
+    for args in (["trace", "show", str(tmp_path)], ["replay", str(tmp_path), "--check"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "is a folder" in result.output, result.output
+        assert "Traceback" not in result.output

@@ -263,7 +263,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "dataset": Path(data).name,
         "tokenizer": config.encoding,
         "page_tokens": config.page_tokens,
-        "policy": config.policy,
+        "policy": config.policy or "clock",
         "embedder": config.embedder,
         **({"memory": memory, "fact_share": config.fact_share} if memory else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}

@@ -9,6 +9,14 @@ The background sessions are bulk-written through the store (pages packed by the 
 packer, vectors drawn at random: they are on disk to be filtered past, never searched); the
 measured session gets real embeddings and is then extended turn by turn through the durable
 path, journal fsync included.
+
+In the same run, on the same data, it times the reference work a vector-store memory does, so
+machines that differ by 2x compare by ratio: per turn one LanceDB IVF-PQ vector query plus one
+full-text query, both filtered to the session (`reference_query_ms`; queries embedded
+beforehand, so the reference pays no embedding and the ratio does not flatter pager), and for
+ingest the same turns embedded with the configured embedder and appended in batches of 1,000
+with no journal (`reference_append_turns_per_s`). `paging_ratio` = paging p95 / reference p95;
+`ingest_ratio` = durable ingest rate / reference rate.
 """
 
 from __future__ import annotations
@@ -112,10 +120,11 @@ def _percentiles(values: list[float]) -> dict:
 
 
 def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_turns: int = 4000,
-        queries: int = 300, progress: bool = True) -> dict:
+        queries: int = 300, progress: bool = True, db: str | None = None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    config = Config(home=home_path, session="measured", user="u0")
+    # the store's location and its object-store settings come from --db and the environment, as for every command
+    config = Config.load(home=home_path, session="measured", user="u0", db=db or str(home_path / "db"))
     measured_pages = measured_pages or max(200, min(10_000, pages // 10))
     tokenizer = get_tokenizer(config.encoding)
     started = time.perf_counter()
@@ -174,10 +183,13 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             home.store.compact(0)
             stats = home.store.stats()
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(home_path), "search", "budget review",
-                        "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
+        subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(home_path), "--db", config.db_uri, "search",
+                        "budget review", "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
         cold_s = time.perf_counter() - t0
-    raw = _raw_bytes(home_path)
+        with Home(config) as home:
+            reference = _reference(home, asks, texts)
+    raw = _raw_bytes(config)
+    ingest_rate = ingest_turns / ingest_s
     return {
         "pages": total_pages,
         "sessions": sessions + 1,
@@ -193,7 +205,60 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "raw_text_and_vector_bytes_per_page": round(raw / max(total_pages, 1), 1),
         "lance_files": stats["files"],
         "lance_versions": stats["versions"],
+        "reference_query_ms": reference["query_ms"],
+        "reference_vector_ms": reference["vector_ms"],
+        "reference_fts_ms": reference["fts_ms"],
+        "reference_append_turns_per_s": round(reference["append_turns_per_s"], 1),
+        "paging_ratio": round(float(np.percentile(paging, 95)) / max(reference["query_ms"]["p95"], 1e-9), 3),
+        "ingest_ratio": round(ingest_rate / reference["append_turns_per_s"], 3),
     }
+
+
+def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
+    """The work of a vector-store memory on the same store: an IVF-PQ index over the page vectors
+    and a full-text index over page text (as LanceDB recommends at this size), then per question one
+    ANN query and one full-text query filtered to the session; and embedding + appending the same
+    turns in batches of 1,000 to a table of their own, no journal."""
+    import math
+
+    import pyarrow as pa
+    from lancedb.expr import col, lit
+
+    from ..store import LanceStore
+
+    store, embedder = home.store, home.embedder
+    assert isinstance(store, LanceStore), "the reference work runs on LanceDB"
+    pages = store._tables["pages"]
+    rows = pages.count_rows()
+    pages.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_PQ",
+                       num_partitions=max(1, int(math.sqrt(rows))), num_sub_vectors=max(1, store.dim // 16))
+    pages.create_fts_index("text", replace=True)
+    where = (col("user") == lit("u0")) & (col("session") == lit("measured"))
+    vectors = embedder.embed(asks)
+    vector_ms, fts_ms, both = [], [], []
+    for q, v in zip(asks, vectors):
+        t0 = time.perf_counter()
+        pages.search(v.tolist(), vector_column_name="vector").metric("cosine").where(where, prefilter=True) \
+            .select(["n", "text"]).limit(8).to_list()
+        t1 = time.perf_counter()
+        pages.search(q, query_type="fts").where(where, prefilter=True).select(["n", "text"]).limit(8).to_list()
+        t2 = time.perf_counter()
+        vector_ms.append((t1 - t0) * 1000)
+        fts_ms.append((t2 - t1) * 1000)
+        both.append((t2 - t0) * 1000)
+    schema = pa.schema([("user", pa.string()), ("session", pa.string()), ("turn", pa.int64()), ("text", pa.string()),
+                        ("vector", pa.list_(pa.float32(), store.dim))])
+    table = store.db.create_table("reference_turns", schema=schema)
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), 1000):
+        batch = texts[i : i + 1000]
+        embedded = embedder.embed(batch)
+        table.add(pa.Table.from_pylist([{"user": "u0", "session": "reference", "turn": i + j + 1, "text": t,
+                                         "vector": embedded[j].tolist()} for j, t in enumerate(batch)], schema=schema))
+    append_s = time.perf_counter() - t0
+    store.db.drop_table("reference_turns")
+    return {"query_ms": _percentiles(both), "vector_ms": _percentiles(vector_ms), "fts_ms": _percentiles(fts_ms),
+            "append_turns_per_s": len(texts) / append_s}
 
 
 def _env(extra: dict) -> dict:
@@ -202,11 +267,11 @@ def _env(extra: dict) -> dict:
     return {**os.environ, **extra}
 
 
-def _raw_bytes(home_path: Path) -> int:
+def _raw_bytes(config: Config) -> int:
     """Text of every turn and page plus one float16 vector per piece and a float32 page vector."""
     import lancedb
 
-    db = lancedb.connect(str(home_path / "db"))
+    db = lancedb.connect(config.db_uri, storage_options=config.storage_options or None)
     turns = db.open_table("turns").search().select(["text"]).limit(None).to_arrow().column("text")
     pages = db.open_table("pages").search().select(["text", "pieces"]).limit(None).to_arrow()
     text = sum(len(t.as_py().encode()) for t in turns) + sum(len(t.as_py().encode()) for t in pages.column("text"))
@@ -214,11 +279,11 @@ def _raw_bytes(home_path: Path) -> int:
     return text + vectors
 
 
-def main(pages: int, out: Path | None, home: Path | None) -> dict:
+def main(pages: int, out: Path | None, home: Path | None, db: str | None = None) -> dict:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pager-scale-") as folder:
-        report = run(pages, Path(home) if home else Path(folder))
+        report = run(pages, Path(home) if home else Path(folder), db=db)
     if out:
         Path(out).write_text(json.dumps(report, indent=1) + "\n")
     return report

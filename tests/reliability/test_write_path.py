@@ -324,6 +324,13 @@ def test_export_round_trips_through_ingest(cfg, tmp_path):
     fields = lambda t: (t.turn, t.speaker, t.text, t.role, t.date, t.ts, t.ref)  # noqa: E731
     assert [fields(t) for t in copy] == [fields(t) for t in original[:3]]
     assert out.read_text().count("\n") == 3 and os.path.getsize(out) > 0
+    with home(cfg) as h:  # a session's own export imported back into it adds nothing
+        assert h.accept({h.open("s"): parse_jsonl(out, "s")["s"]}).new[h.open("s")] == 0
+        h.open("s").append("ann", "a new turn after the export")
+        lines = parse_jsonl(out, "s")["s"]
+        edited = {k: v for k, v in lines[0].items() if k != "key"}
+        edited["text"] += " (edited)"
+        assert h.accept({h.open("s"): [edited] + lines[1:]}).new[h.open("s")] == 1  # only the edited line
 
 
 def test_processes_with_other_models_cut_the_same_pages(cfg):

@@ -1,0 +1,171 @@
+"""Leases: one writer per session across hosts that share a store.
+
+What is local and what lives in the store. Several hosts may run pager against one store
+(`--db s3://…`), each with its own home. What a home keeps is its own: the journal (acknowledged
+turns not yet flushed), the lock files (which serialize the processes of that one home), the
+caches (index pickles, session snapshots) and the traces. What lives in the store is shared:
+turns, pages, bookmarks, page-table states, the schema and migrations (`meta`) and the leases.
+
+A lease is the right to write one session. It belongs to a home (host + home folder), so the
+processes of one home share it (they already take turns through the lock files and read each
+other's journals), and it names the process that last renewed it: `host:pid:home`. It is an
+entry {holder, home, expires, seen} in the store's `leases` table, changed only by a
+compare-and-swap on its row (LanceStore.swap_lease), so two hosts claiming at once cannot both
+win. A home takes the lease before it writes a session (Home.accept, journal_op, flush,
+recover), a background thread renews every lease_s/3 while it is held, and close releases it
+after the closing flush, when everything the home accepted is in the store. Another home is
+refused with one line naming the holder, or waits up to lease_wait_s. A holder killed with
+SIGKILL stops renewing: its lease lapses lease_s after it was last seen, and its journal is
+recovered by its own home on restart (once it can take the lease again).
+
+Expiry compares the claimant's clock with the holder's: hosts need clocks that agree to well
+within lease_s (NTP does).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from .errors import LeaseHeld, PagerError
+
+log = logging.getLogger("pager")
+
+
+class Leases:
+    """The leases this home holds, taken on demand and renewed in the background."""
+
+    POLL_S = 0.1  # how often a waiting writer looks again: a hand-over costs about half of it, plus one read
+
+    def __init__(self, store: Callable[[], object], home: str, lease_s: float, wait_s: float,
+                 clock: Callable[[], float] = time.time, warn: Callable[[str], None] = log.warning) -> None:
+        host = socket.gethostname()
+        self.home = f"{host}:{home}"
+        self.holder = f"{host}:{os.getpid()}:{home}"
+        self.lease_s = lease_s
+        self.wait_s = wait_s
+        self.clock = clock
+        self._store = store
+        self._warn = warn
+        self.held: dict[tuple[str, str], float] = {}   # (user, session) → when it was last renewed
+        self._mutex = threading.Lock()
+        self._round = threading.Lock()   # a renewal round; release waits for it, so nothing is re-taken after
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _swap(self, user: str, session: str, change):
+        store = self._store()
+        swap = getattr(store, "swap_lease", None)
+        return None if swap is None else swap(user, session, change)
+
+    def applies(self) -> bool:
+        """Whether the store keeps leases (a store in memory is one process's alone)."""
+        return hasattr(self._store(), "swap_lease")
+
+    def _claim(self, user: str, session: str) -> dict | None:
+        """Take or renew the lease; None when it is ours now, else the other holder's entry."""
+        now = self.clock()
+
+        def change(entry):
+            if entry is None or entry["home"] == self.home or entry["expires"] < now:
+                return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
+            return entry, entry
+
+        return self._swap(user, session, change)
+
+    def ensure(self, user: str, session: str, wait: bool = True) -> bool:
+        """Hold the session's lease before writing it. Returns True when it was just taken (another
+        home may have written the session since: read the store). Raises LeaseHeld when another home
+        holds it and does not let go within lease_wait_s (or at once when wait is False)."""
+        key = (user, session)
+        if not self.applies():
+            return False
+        with self._mutex:
+            renewed = self.held.get(key)
+        if renewed is not None and self.clock() - renewed < self.lease_s / 3:
+            return False
+        deadline = self.clock() + (self.wait_s if wait else 0)
+        while True:
+            other = self._claim(user, session)
+            if other is None:
+                with self._mutex:
+                    fresh = key not in self.held
+                    self.held[key] = self.clock()
+                self._start()
+                return fresh
+            with self._mutex:
+                self.held.pop(key, None)  # lost it while stalled longer than the expiry
+            left = deadline - self.clock()
+            if left <= 0:
+                raise LeaseHeld(self.refusal(session, other))
+            time.sleep(min(left, self.POLL_S))
+
+    def refusal(self, session: str, entry: dict) -> str:
+        now = self.clock()
+        return (f"session {session!r} is being written by {entry['holder']} (last seen {max(0.0, now - entry['seen']):.0f} s "
+                f"ago); wait until it closes or its lease lapses in {max(0.0, entry['expires'] - now):.0f} s, "
+                "or set PAGER_LEASE_WAIT_S to wait for it")
+
+    def release(self) -> None:
+        """Give up every lease held (the home's closing flush put everything it accepted in the store)."""
+        self._stop.set()
+        with self._round, self._mutex:
+            keys = list(self.held)
+        for user, session in keys:
+            try:
+                self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
+            except PagerError as exc:
+                self._warn(f"could not release the lease of session {session!r} ({exc}); it lapses in "
+                           f"{self.lease_s:.0f} s")
+            with self._mutex:
+                self.held.pop((user, session), None)
+
+    def stop(self) -> None:
+        """Stop renewing without releasing (a crash path: the journal is kept, the lease lapses)."""
+        self._stop.set()
+
+    def _start(self) -> None:
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._renew, name="pager-lease", daemon=True)
+            self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self._round:
+                if not self._stop.is_set():
+                    self._renew_all()
+
+    def _renew_all(self) -> None:
+        """Renew every lease held, one compare-and-swap per slot of the leases table."""
+        store: Any = self._store()   # a LanceStore: only a store that keeps leases gets this far
+        with self._mutex:
+            keys = list(self.held)
+        slots: dict[int, list[tuple[str, str]]] = {}
+        for key in keys:
+            slots.setdefault(store._lease_slot(*key), []).append(key)
+        for group in slots.values():
+            now = self.clock()
+
+            def change(entry, now=now):
+                if entry is None or entry["home"] == self.home or entry["expires"] < now:
+                    return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
+                return entry, entry
+
+            try:
+                results = store.swap_leases(group, change)
+            except Exception as exc:  # noqa: BLE001 - a store hiccup: the next round tries again
+                self._warn(f"could not renew the leases of sessions {', '.join(repr(s) for _, s in group)}: {exc}")
+                continue
+            for (user, session), other in results.items():
+                with self._mutex:
+                    if other is None and (user, session) in self.held:
+                        self.held[(user, session)] = self.clock()
+                    elif other is not None:
+                        self.held.pop((user, session), None)
+                if other is not None:
+                    self._warn(f"lost the lease of session {session!r} to {other['holder']}; "
+                               "the next write waits for it or is refused")

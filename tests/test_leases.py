@@ -1,0 +1,198 @@
+"""Several hosts, one store: homes with their own journals and locks share a store, and a session
+has one writer at a time across them (pager.lease). Each "host" here is a home folder of its own;
+the store is a local folder and, where it matters, a bucket on the local S3 server."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.errors import LeaseHeld
+from pager.home import Home
+
+
+@pytest.fixture(params=["disk", "s3"])
+def shared(request, tmp_path):
+    """(config for a home named by its argument, environment for a child process) sharing one store."""
+    if request.param == "disk":
+        env, uri = {}, str(tmp_path / "store")
+    else:
+        env, uri = request.getfixturevalue("s3")
+
+    def config(name: str, **kw) -> Config:
+        return Config.load(env={**env, "PAGER_EMBEDDER": "hash"}, home=tmp_path / name, db=uri, budget=2048, **kw)
+
+    return config, {**env, "PAGER_EMBEDDER": "hash", "PAGER_DB": uri}
+
+
+def texts(home: Home, session: str) -> list[str]:
+    home.store.refresh()
+    turns = home.store.turns("", session)
+    assert [t.turn for t in turns] == list(range(1, len(turns) + 1)), "turns numbered without gaps"
+    return [t.text for t in turns]
+
+
+def test_a_second_host_is_refused_naming_the_holder_then_writes_after_release(shared):
+    config, _ = shared
+    a = Home(config("a"), embedder=HashEmbedder())
+    a.open("s").append("ann", "written on host a")
+    b = Home(config("b"), embedder=HashEmbedder())
+    with pytest.raises(LeaseHeld) as refused:
+        b.open("s").append("bob", "written on host b")
+    message = str(refused.value)
+    assert a.leases.holder in message and "last seen" in message and "PAGER_LEASE_WAIT_S" in message
+    b.open("other").append("bob", "another session is free")  # one lease per session, not per store
+    a.close()  # flushes, then releases
+    turn = b.open("s").append("bob", "written on host b")
+    assert turn.turn == 2  # numbered after what host a flushed
+    b.close()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:  # any host reads what was flushed
+        assert texts(reader, "s") == ["written on host a", "written on host b"]
+        assert texts(reader, "other") == ["another session is free"]
+
+
+def test_a_writer_asked_to_wait_gets_the_lease_when_the_holder_closes(shared):
+    config, _ = shared
+    a = Home(config("a"), embedder=HashEmbedder())
+    a.open("s").append("ann", "first, on host a")
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    started, done, errors = threading.Event(), threading.Event(), []
+
+    def write():
+        started.set()
+        try:
+            b.open("s").append("bob", "second, on host b after waiting")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    started.wait()
+    assert not done.wait(0.5)  # still waiting while host a holds the lease (a, not a timer, ends it)
+    a.close()
+    thread.join(timeout=120)
+    assert done.is_set() and not errors, errors
+    b.close()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "s") == ["first, on host a", "second, on host b after waiting"]
+
+
+CHILD = """
+import sys
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1], lease_s=float(sys.argv[2]), budget=2048), embedder=HashEmbedder())
+s = home.open("s")
+for i in range(int(sys.argv[3])):
+    s.append("ann", f"acknowledged {i} on host a")
+    print("ok", i, flush=True)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_holder_killed_with_sigkill_loses_its_lease_after_the_expiry_and_its_home_recovers(shared, tmp_path):
+    config, env = shared
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "a"), "2", "5"], env={**os.environ, **env},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    while (line := child.stdout.readline()) and line.strip() != "holding":
+        lines.append(line)
+    assert len(lines) == 5, child.stderr.read()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    # host b waits for the lease: it lapses 2 s after host a was last seen (the event ends the wait)
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    b.open("s").append("bob", "host b, after the lease lapsed")
+    b.close()
+    # host a restarts: its own home recovers the dead process's journal; nothing acknowledged is lost
+    with Home(config("a"), embedder=HashEmbedder()) as a:
+        assert a.recovered == 5
+        assert any("numbered over by another home" in w for w in a.warnings), a.warnings
+        got = texts(a, "s")
+    assert got[0] == "host b, after the lease lapsed"
+    assert sorted(got[1:]) == sorted(f"acknowledged {i} on host a" for i in range(5))
+
+
+def test_hosts_claiming_one_lease_at_once_have_one_winner(shared):
+    config, _ = shared
+    homes = [Home(config(f"h{i}"), embedder=HashEmbedder()) for i in range(4)]
+    for home in homes:
+        _ = home.store  # connected before the race starts
+    barrier, won, refused = threading.Barrier(len(homes)), [], []
+
+    def claim(home):
+        barrier.wait()
+        try:
+            home.leases.ensure("", "contended", wait=False)
+            won.append(home)
+        except LeaseHeld as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=claim, args=(home,)) for home in homes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 3, (won, refused)
+    assert all(won[0].leases.holder in message for message in refused)
+    for home in homes:
+        home.close()
+
+
+@pytest.mark.slow
+def test_ten_holders_killed_in_a_row_lose_nothing_acknowledged(tmp_path):
+    """The issue's SIGKILL ×10 on a local store: each round a holder acknowledges turns and is killed,
+    another home waits out the lease and writes, and the killed home recovers its journal."""
+    uri = str(tmp_path / "store")
+    env = {"PAGER_EMBEDDER": "hash", "PAGER_DB": uri}
+
+    def config(name: str, **kw) -> Config:
+        return Config.load(env=env, home=tmp_path / name, budget=2048, **kw)
+
+    expected: list[str] = []
+    for round_ in range(10):
+        child = subprocess.Popen([sys.executable, "-c", CHILD.replace("acknowledged {i}", f"r{round_} acknowledged {{i}}"),
+                                  str(tmp_path / "a"), "1", "3"], env={**os.environ, **env},
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        acked = []
+        while (line := child.stdout.readline()) and line.strip() != "holding":
+            acked.append(line)
+        assert len(acked) == 3, child.stderr.read()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        expected += [f"r{round_} acknowledged {i} on host a" for i in range(3)]
+        with Home(config("b", lease_wait_s=120), embedder=HashEmbedder()) as b:
+            b.open("s").append("bob", f"r{round_} host b")
+        expected.append(f"r{round_} host b")
+        with Home(config("a"), embedder=HashEmbedder()) as a:
+            assert a.recovered == 3, (round_, a.warnings)
+            got = texts(a, "s")
+        assert sorted(got) == sorted(expected), f"round {round_}"
+
+
+def test_a_live_holder_keeps_its_leases_by_renewing_them(shared):
+    import time
+
+    config, _ = shared
+    a = Home(config("a", lease_s=3), embedder=HashEmbedder())
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        a.open(name).append("ann", f"held by a: {name}")
+    first = {name: a.store.lease("", name)["seen"] for name in names}
+    while not all(a.store.lease("", name)["seen"] > first[name] for name in names):
+        time.sleep(0.05)  # the event: every lease renewed by the background thread
+    b = Home(config("b", lease_s=3), embedder=HashEmbedder())
+    for name in names:
+        with pytest.raises(LeaseHeld):
+            b.open(name).append("bob", "refused while a lives")
+    a.close()
+    b.open("s0").append("bob", "after a closed")
+    b.close()
