@@ -470,6 +470,7 @@ def bench_locomo(
     questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions of each"),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
+    memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
 ) -> None:
     """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
     import json
@@ -484,7 +485,11 @@ def bench_locomo(
     if plot:
         need("matplotlib", "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model)
-    report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines)
+    if memory not in ("", "recorded"):
+        from pager.errors import InputError
+
+        raise InputError(f"--memory {memory!r} is not known; use --memory recorded (or leave it out)")
+    report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines, memory=memory)
     console = Console()
     for table in locomo.table(report):
         console.print(table)

@@ -33,6 +33,7 @@ HELP = """commands:
   /stats           faults, evictions, hit rate, tokens per turn
   /policy NAME     switch eviction policy (clock, lru, lfu, scored)
   /pin ID, /unpin ID
+  /state [KEY]     the working state (always in the prompt); with a key, every value it had
   /help, /quit"""
 
 
@@ -229,6 +230,8 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                 return None
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")
+        elif name == "/state":
+            console.print(views.state_table(session, arg))
         elif name in ("/pin", "/unpin"):
             if not arg:
                 console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")

@@ -60,6 +60,14 @@ def _compact(schemas: list[dict]) -> list[dict]:
     return out
 
 
+def _paging(schemas: list[dict]) -> list[dict]:
+    """The paging tools alone: the compact tier has no room for the working state's."""
+    from pager.tools.functions import STATE_TOOLS
+
+    optional = {fn.__name__ for fn in STATE_TOOLS}
+    return [s for s in schemas if s["function"]["name"] not in optional]
+
+
 def _tool_tokens(session: Session, tools: list[dict]) -> int:
     return session.tokenizer.count(json.dumps(tools, separators=(",", ":"))) if tools else 0
 
@@ -77,7 +85,7 @@ def _map_floor(session: Session) -> int:
 def _need(session: Session, tier: tuple[str, str, int], dispatcher: Dispatcher) -> tuple[int, str, list[dict]]:
     name, prompt, pages = tier
     prefix = load(prompt).strip()
-    tools = [] if name == "bare" else dispatcher.schemas() if name == "full" else _compact(dispatcher.schemas())
+    tools = [] if name == "bare" else dispatcher.schemas() if name == "full" else _compact(_paging(dispatcher.schemas()))
     need = _fixed(session, prefix, tools) + _map_floor(session) + pages * session.page_tokens + MESSAGE_ROOM \
         + (EXCHANGE_ROOM if tools else 0)
     return need, prefix, tools

@@ -1,8 +1,10 @@
 """Context assembly: what the model sees, never a token over the budget.
 
 Order (DESIGN.md step 3): the static prefix (system prompt, tool schemas: byte-stable across
-turns, so provider prompt caches hit), the memory map, the resident pages in conversation
-order each under its header, then the current message.
+turns, so provider prompt caches hit), the memory map, the working state, the resident pages in
+conversation order each under its header, then the current message. The budget goes first to
+the message, then to the state (up to `state_share` of what is left, always leaving one frame),
+then to the frames.
 
 Token accounting follows the chat format: each message costs its content plus
 MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
@@ -39,6 +41,7 @@ class Context:
     frames: int
     budget: int
     dropped: list[int] = field(default_factory=list)
+    facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
 
     @property
     def system(self) -> str:
@@ -90,7 +93,15 @@ def size_frames(session: Session, message: str = "", prefix: str = "", scratch_t
         map_reserve = min(cfg.map_reserve, two_frames)
     else:
         map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
-    return (memory_budget - map_reserve) // session.page_tokens, map_reserve, fixed
+    state = render_state(session, state_cap(session, memory_budget, map_reserve, 2 if two_frames >= floor else 1))
+    state_tokens = count(state + SEPARATOR) if state else 0
+    return (memory_budget - map_reserve - state_tokens) // session.page_tokens, map_reserve, fixed
+
+
+def state_cap(session: Session, memory_budget: int, map_reserve: int, frames: int) -> int:
+    """Tokens the working state may take: its share of memory, never the frames the budget must keep."""
+    room = memory_budget - map_reserve - frames * session.page_tokens
+    return max(0, min(int(memory_budget * session.home.config.state_share), room))
 
 
 def build(session: Session, message: str = "", prefix: str = "", scratch_tokens: int = 0, budget: int | None = None,
@@ -104,19 +115,66 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     count = session.tokenizer.count
     frames, map_reserve, fixed = size_frames(session, message, prefix, scratch_tokens, budget, chat)
     memory_budget = budget - fixed
+    keep = 2 if memory_budget - 2 * session.page_tokens >= min(cfg.map_reserve, MAP_FLOOR) else 1
+    state = render_state(session, state_cap(session, memory_budget, map_reserve, keep))  # as size_frames counted it
     if frames < 1:
         raise BudgetError(
             f"the prompt needs {fixed:,} tokens before memory (message of {count(message):,}), leaving "
             f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
             f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
         )
-    session.resize(frames)
+    ranked = rank_facts(session, message) if frames >= 3 else []
+    slabs = len(pack_slabs(session, ranked, max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))))
+    session.resize(frames - slabs)
     hits = session.autopage(message) if autopage and message else []
-    return assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens)
+    resident = set(session.resident())  # a fact whose pages are all shown adds nothing: the next one goes in
+    packed = pack_slabs(session, [(f, line) for f, line in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
+    if len(packed) < slabs:  # fewer facts were new than frames set aside: the rest go back to pages
+        session.resize(frames - len(packed))
+        hits = session.autopage(message) if autopage and message else []
+    ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
+                   state, [slab_text(slab) for slab in packed])
+    ctx.facts = [f.n for slab in packed for f, _ in slab]
+    return ctx
+
+
+FACTS_TITLE = "[facts]"
+
+
+def rank_facts(session: Session, message: str) -> list[tuple]:
+    """(fact, its line) for the facts the message is about, best first."""
+    if not session.facts or not message.strip():
+        return []
+    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    return [(f, session.facts.line(f)) for f, _ in session.facts.search(message, vector)]
+
+
+def slab_text(slab: list[tuple]) -> str:
+    return "\n".join([FACTS_TITLE] + [line for _, line in slab])
+
+
+def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
+    """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
+    separator counted exactly); the empty slabs are not returned."""
+    count, limit = session.tokenizer.count, session.page_tokens
+    bins: list[list[tuple]] = [[] for _ in range(slabs)]
+    used = [count(FACTS_TITLE + SEPARATOR)] * slabs
+    for item in ranked:
+        cost = count(item[1]) + 1
+        for b in range(slabs):
+            if used[b] + cost <= limit:
+                bins[b].append(item)
+                used[b] += cost
+                break
+    for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
+        while slab and count(slab_text(slab) + SEPARATOR) > limit:
+            slab.pop()
+    return [slab for slab in bins if slab]
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
-             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0) -> Context:
+             hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
+             slabs: list[str] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -127,8 +185,9 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     """
     count = session.tokenizer.count
     shown: list[int] = []
-    blocks: list[str] = []
-    costs: list[int] = []
+    blocks: list[str] = ([state] if state else []) + list(slabs or [])  # the state, then fact slabs: never dropped
+    costs: list[int] = [count(block + SEPARATOR) for block in blocks]
+    fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
         if body is None:
@@ -155,21 +214,46 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     memory = memory_tokens()
     used = total(memory)
     dropped: list[int] = []
-    while used > budget and blocks:
+    while used > budget and shown:
         # by construction this does not happen; if it ever does, show less rather than overflow
         victim = min(range(len(shown)), key=lambda i: session.table[shown[i]].last_use)
         dropped.append(shown.pop(victim))
-        blocks.pop(victim)
-        costs.pop(victim)
+        blocks.pop(fixed + victim)
+        costs.pop(fixed + victim)
         memory = memory_tokens()
         used = total(memory)
     text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     map_tokens = count(memory_map)
-    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "pages": memory - map_tokens, "memory": memory,
+    state_tokens = costs[0] if state else 0
+    fact_tokens = sum(costs[1 if state else 0 : fixed])
+    ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens, "facts": fact_tokens,
+                  "pages": memory - map_tokens - state_tokens - fact_tokens, "memory": memory,
                   "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
                   "total": used}
     return ctx
+
+
+def render_state(session: Session, cap: int) -> str:
+    """The working state block, at most `cap` tokens with the separator after it: the newest keys
+    are kept when not all fit, and a last line says how many older ones are left out. "" if empty."""
+    state = session.state
+    if not state.current or cap <= 0:
+        return ""
+    count = session.tokenizer.count
+    title = render("state").strip()
+    lines = state.lines(lambda c: session.render.page_dates(c.page) if c.page in session.table else "")
+
+    def text(kept: list[str]) -> str:
+        left = len(lines) - len(kept)
+        more = [f"- ({left} older key{'s' if left > 1 else ''} not shown; search finds them)"] if left else []
+        return "\n".join([title, *kept, *more])
+
+    kept = list(lines)
+    while kept and count(text(kept) + SEPARATOR) > cap:
+        kept.pop(0)  # the oldest set goes first
+    block = text(kept)
+    return block if count(block + SEPARATOR) <= cap else ""
 
 
 def render_map(session: Session, reserve: int, focus: list[int]) -> str:

@@ -171,3 +171,27 @@ def parse_locomo(path: Path) -> list[Conversation]:
             out.questions.append(Question(str(qa.get("question", "")), int(qa.get("category", 0)), evidence, str(answer)))
         conversations.append(out)
     return conversations
+
+
+def parse_locomo_observations(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """sample_id → the dataset's `observation` facts as (subject, text, evidence refs): a memory model's
+    recorded output (gpt-3.5-turbo wrote them). Each fact is its own subject: the data says nothing
+    of which fact updates which."""
+    data = json.loads(read_text(path))
+    out: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for i, sample in enumerate(data if isinstance(data, list) else [data]):
+        sid = str(sample.get("sample_id") or f"sample-{i}")
+        known = {str(t.get("dia_id")) for k, v in (sample.get("conversation") or {}).items()
+                 if re.fullmatch(r"session_\d+", k) for t in v or [] if isinstance(t, dict)}
+        facts = out.setdefault(sid, [])
+        observations = sample.get("observation") or {}
+        for key in sorted(observations, key=lambda k: int(re.sub(r"\D", "", k) or 0)):
+            for speaker, items in (observations[key] or {}).items():
+                for item in items or []:
+                    if not isinstance(item, list) or len(item) < 2 or not str(item[0]).strip():
+                        continue
+                    raw = item[1] if isinstance(item[1], list) else [item[1]]
+                    refs = normalize_evidence(raw, known)
+                    if refs:
+                        facts.append((f"{speaker} · {refs[0]} · {len(facts) + 1}", str(item[0]), refs))
+    return out

@@ -37,7 +37,7 @@ import shutil
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -244,7 +244,8 @@ class Home:
         if (tail[-1].turn if tail else after + 1) != s.turn_count:
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
-                            self.store.bookmarks(s.user, s.name), tail)
+                            self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name),
+                            self.store.facts(s.user, s.name))
         path = self._snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -311,15 +312,24 @@ class Home:
             self.maybe_flush()
         return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
 
-    def journal_op(self, session, op: dict) -> None:
-        """Make one non-turn op (a bookmark, a pin) durable for a session."""
+    def journal_op(self, session, op) -> None:
+        """Make one non-turn op (a bookmark, a pin, a state change) durable for a session. A callable
+        builds the op under the lock after the session took in what other processes wrote (a state
+        change is numbered after theirs); it returns None when there is nothing to write, or a list of
+        ops to write in one frame (a batch of facts)."""
         with self._mutex, self.session_lock(session.user, session.name) as lock:
             self._lease(session)
+            if callable(op):
+                session.sync(lock)
+                op = op()
+                if not op:
+                    return
+            ops = op if isinstance(op, list) else [op]
             lock.intend()
             try:
-                self.journal.append([{**op, "user": session.user, "session": session.name}])
+                self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
             finally:
-                lock.advance(lock.last_turn, 1)
+                lock.advance(lock.last_turn, len(ops))
 
     def _lease(self, s) -> None:
         """Hold the session's lease (pager.lease) before writing it; when it was just taken, another home
@@ -399,6 +409,8 @@ class Home:
                 batch.pages += part.pages
                 batch.vectors += part.vectors
                 batch.bookmarks += part.bookmarks
+                batch.changes += part.changes
+                batch.facts += part.facts
                 batch.states.update(part.states)
             if batch:
                 try:
@@ -560,6 +572,8 @@ class Snapshot:
     saved_pages: list
     saved_bookmarks: list
     tail: list
+    saved_changes: list = field(default_factory=list)   # the working state's changes
+    saved_facts: list = field(default_factory=list)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -576,6 +590,12 @@ class Snapshot:
 
     def bookmarks(self, user: str, session: str) -> list:
         return list(self.saved_bookmarks)
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list:
+        return [c for c in self.saved_changes if c.seq > after]
+
+    def facts(self, user: str, session: str, after: int = 0) -> list:
+        return [f for f in self.saved_facts if f.n > after]
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept

@@ -46,6 +46,10 @@ OPS: dict[str, dict] = {
     "bookmark": {"user": str, "session": str, "uid": str, "keywords": list, "pages": list},
     "pin": {"user": str, "session": str, "page": int, "pinned": bool},
     "settings": {"user": str, "session": str, "page_tokens": int, "encoding": str},
+    "state": {"user": str, "session": str, "seq": int, "key": str, "value": str, "unset": bool, "page": int,
+              "turn": int, "ts": (int, float), "source": str},
+    "fact": {"user": str, "session": str, "n": int, "subject": str, "text": str, "turns": list, "pages": list,
+             "ts": (int, float), "date": str, "source": str},
 }
 
 
@@ -67,6 +71,10 @@ def valid(op) -> str:
             return f"field {name!r} is {type(value).__name__}, not {getattr(kind, '__name__', 'a number')}"
     if op["op"] == "turn" and (op["turn"] < 1 or not op["text"] or not isinstance(op.get("key", ""), str)):
         return "a turn needs a number of 1 or more, some text and a string key"
+    if op["op"] == "state" and (op["seq"] < 1 or not op["key"] or op["unset"] == bool(op["value"])):
+        return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
+    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip()):
+        return "a fact needs a number of 1 or more and some text"
     return ""
 
 

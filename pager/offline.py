@@ -3,7 +3,9 @@
 The offline shell is not a pretend LLM. It is a deterministic responder that uses the same
 tools a model would: when a message refers back to earlier things it calls `search`, then
 `page_in` for the best page on disk, then answers by quoting the most relevant line of a
-resident page with its page id and date. Anything else is acknowledged and remembered.
+resident page with its page id and date. A plain statement of a current fact ("my city is
+Berlin", "deadline: 21 March"; pager.state.parse_statements) is kept in the working state with
+`state_set`. Anything else is acknowledged and remembered.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from collections import deque
 
 from .search import QUESTION, QUOTE, echoes, piece_kind, terms
+from .state import parse_statements
 
 BACK_REFERENCE = re.compile(
     r"\?|\b(do you remember|remind me|recall|earlier|last (?:time|week|month|year)|ago|previous|did (?:i|we|you)|"
@@ -22,6 +25,9 @@ BACK_REFERENCE = re.compile(
 _BLOCK = re.compile(r"^\[(p\d+)(?: · ([^·\]]+))?[^\]]*\]\n((?:(?!\n\[p\d+).)*)", re.S | re.M)
 _RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
 _RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)[^\n]*?\): ([^\n]*)$", re.M)
+_BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|old|changed?)\b", re.I)
+_HISTORY = re.compile(r"^state [^\n]*; before: [^\n]*", re.M)
+_STATE = re.compile(r"^\[state\b[^\n]*\n((?:- [^\n]*(?:\n|$))*)", re.M)
 
 
 class OfflineShell:
@@ -31,8 +37,18 @@ class OfflineShell:
         question = _last_user(messages)
         exchanges = _this_turn(messages)
         names = {t["function"]["name"] for t in tools}
+        statements = parse_statements(question)
+        if not exchanges and statements and "state_set" in names:
+            return {"content": None, "tool_calls": [_tool_call("state_set", {"key": k, "value": v}, f"call_1_state_{i}")
+                                                    for i, (k, v) in enumerate(statements)]}
+        if exchanges and all(name == "state_set" for name, _ in exchanges):
+            return {"content": "Noted, and kept in the working state: " + "; ".join(r for _, r in exchanges)}
         if not exchanges and BACK_REFERENCE.search(question) and "search" in names:
             return _call("search", {"query": question, "k": 3}, 1)
+        if len(exchanges) == 1 and exchanges[0][0] == "search" and _BEFORE.search(question):
+            earlier = _HISTORY.search(exchanges[0][1])
+            if earlier:  # the working state keeps every value a key had
+                return {"content": f"From the state's history: {earlier.group(0)}"}
         if len(exchanges) == 1 and exchanges[0][0] == "search" and "page_in" in names:
             wanted = _worth_reading(exchanges[0][1], question)
             if wanted:
@@ -48,6 +64,11 @@ class OfflineShell:
         asked = terms(question)
         wanted = set(asked)
         scored = []
+        for body in _STATE.findall(system):  # the current values: ahead of a page saying the same words
+            for line in body.strip().splitlines():
+                overlap = len(wanted & set(terms(line)))
+                if overlap and not line.startswith("- ("):
+                    scored.append((overlap + 0.5, "the state", "", line[2:].strip()))
         for page, date, body in _BLOCK.findall(system):
             bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():
@@ -65,7 +86,8 @@ class OfflineShell:
         scored.sort(key=lambda x: -x[0])
         best = scored[0]
         quotes = [best]
-        runner = next((x for x in scored[1:] if x[1] != best[1] and x[0] >= 0.6 * best[0]), None)
+        runner = None if best[1] == "the state" else (  # the current value needs no older quote beside it
+            next((x for x in scored[1:] if x[1] != best[1] and x[0] >= 0.6 * best[0]), None))
         if runner:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
@@ -108,8 +130,11 @@ def _this_turn(messages: list[dict]) -> list[tuple[str, str]]:
 
 
 def _call(name: str, arguments: dict, step: int) -> dict:
-    return {"content": None, "tool_calls": [{"id": f"call_{step}_{name}", "type": "function",
-                                             "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return {"content": None, "tool_calls": [_tool_call(name, arguments, f"call_{step}_{name}")]}
+
+
+def _tool_call(name: str, arguments: dict, id: str) -> dict:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 class Script:

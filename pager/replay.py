@@ -22,14 +22,16 @@ from .config import Config
 from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
-from .store import MemoryStore
+from .facts import Draft
+from .state import Change
+from .store import MemoryStore, fact_from
 from .trace import Event, read_trace
 from .writer import Written
 
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error"}
+          "writer_error", "state_in", "facts_written", "memory_error", "fact_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -248,6 +250,13 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
+        elif kind == "facts_written":   # the memory model's recorded answer; replay calls no model
+            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
+                              event["source"])
+        elif kind == "fact_in":   # a fact another process made, taken in by sync
+            session._keep_facts([fact_from(event)], event="")
+        elif kind == "state_in":   # a state change another process made, taken in by sync
+            session.state.take([_change(event)])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
             session.apply_written([Written(n, tuple(m["keywords"]), m.get("note", ""))
                                    for m in event["marks"] if (n := parse_page_id(m["page"])) is not None])
@@ -269,6 +278,13 @@ def _resume(session, event: dict, policy: str | None) -> None:
     if policy:  # a what-if replay keeps its own policy (and CLOCK starts its hand at frame 0)
         state.update(policy=policy, hand=0)
     session.load_paging_state(state)
+    session.state.take([Change.from_record(c) for c in event.get("changes", [])])
+    session._keep_facts([fact_from(f) for f in event.get("facts", [])], event="")
+
+
+def _change(event: dict) -> Change:
+    return Change.from_record({**event, "seq": event["change"], "page": parse_page_id(event["page"]),
+                               "ts": event["ts_set"]})
 
 
 def _command(session, line: str, keep_policy: bool) -> None:

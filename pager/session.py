@@ -22,7 +22,9 @@ from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
 from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
-from .store import Batch
+from .facts import Draft, Fact, Facts, fact_record
+from .state import Change, State, check as check_state
+from .store import Batch, fact_from
 from .trace import Events
 
 if TYPE_CHECKING:
@@ -83,6 +85,10 @@ class Session:
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
+        self.state = State()            # the working state: key → value, every change kept
+        self.facts = Facts()            # facts a memory model made (or its recorded output), none deleted
+        self.memory_error = ""          # the memory model's last failure, if any
+        self._facts_waiting: dict[int, Fact] = {}
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -147,6 +153,8 @@ class Session:
             turn, _, end = pages[-1].spans[-1]
             self.turn_count, self._next_start = turn - 1, end
         self._take(store.turns(self.user, self.name, after=self.turn_count))
+        self.state.take(store.state_changes(self.user, self.name))
+        self._keep_facts(store.facts(self.user, self.name), event="")
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -378,6 +386,10 @@ class Session:
         for op in ops:
             if op["op"] == "bookmark":
                 self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
+        self._take_state([Change.from_record(op) for op in ops if op["op"] == "state"])
+        facts = [fact_from(op) for op in ops if op["op"] == "fact"]
+        if facts:
+            self._take_facts(facts)
         self._embed_pending()
         self.generation = generation
 
@@ -403,6 +415,13 @@ class Session:
                 self.pending.bookmarks.append((self.user, self.name, mark))
             elif op["op"] == "pin" and op["page"] in self.table:
                 self.table[op["page"]].pinned = op["pinned"]
+        changes = [Change.from_record(op) for op in ops if op["op"] == "state"]
+        self.pending.changes += [(self.user, self.name, c) for c in changes]  # kept once, whoever writes it
+        self._take_state(changes)
+        facts = [fact_from(op) for op in ops if op["op"] == "fact"]
+        self.pending.facts += [(self.user, self.name, f) for f in facts]
+        if facts:
+            self._take_facts(facts, event="")
         self._embed_pending()
         return len(turns)
 
@@ -545,6 +564,120 @@ class Session:
 
     def _journal_op(self, record: dict) -> None:
         self.home.journal_op(self, record)
+
+    # -- the working state ------------------------------------------------------------------------------
+    def set_state(self, key: str, value: str | None, source: str = "model") -> Change | None:
+        """Set one key of the working state (value None: unset it), durable before this returns and
+        numbered after every change other processes made. None if nothing changes (the value it has,
+        or an unset of a key that is not set). InputError names what is wrong with key or value."""
+        key, value = check_state(key, value)
+        made: list[Change] = []
+
+        def change() -> dict | None:  # built under the session's lock, after sync
+            self._take_state([], store=True)
+            held = self.state.current.get(key)
+            if (held.value if held else "") == value:
+                return None
+            made.append(Change(self.state.seq + 1, key, value, not value, self.tail_n, self.turn_count,
+                               self.clock(), source))
+            return made[0].to_op()
+
+        self.home.journal_op(self, change)
+        if not made:
+            return None
+        self.pending.changes.append((self.user, self.name, made[0]))
+        self.state.take(made)
+        self.emit("state", **made[0].event())
+        return made[0]
+
+    def _take_state(self, changes: list[Change], store: bool = False) -> None:
+        """Changes other processes made (from their journals; from the store when one is missing, as
+        when its journal segment was flushed and removed before we read it), each an input event."""
+        applied = self.state.take(changes)
+        if store or self.state.gap:
+            self.home.store.refresh()
+            applied += self.state.take(self.home.store.state_changes(self.user, self.name, after=self.state.seq))
+        for c in applied:
+            self.emit("state_in", **c.event(), ts_set=c.ts)
+
+    # -- facts ------------------------------------------------------------------------------------------
+    def extract_facts(self, producer, pages: list[int] | None = None) -> list[Fact]:
+        """Ask a producer (a memory model, or its recorded output) for facts of pages (all sealed
+        pages and the tail if none are named). A failing producer is an event and `memory_error`,
+        never an exception: the turns are already durable and stay."""
+        pages = sorted(self.pages) + [self.tail_n] if pages is None else pages
+        try:
+            drafts = list(producer(self, pages))
+        except Exception as exc:  # noqa: BLE001 - any provider failure; facts only ever add
+            self.memory_error = " ".join(str(exc).split())[:300]
+            self.emit("memory_error", pages=[page_id(n) for n in pages[:50]], error=self.memory_error)
+            return []
+        return self.add_facts(drafts, getattr(producer, "source", "model"))
+
+    def add_facts(self, drafts: list[Draft], source: str) -> list[Fact]:
+        """Keep a producer's answer as facts (replay feeds the recorded answer here): each placed on the
+        pages of its turns, dated by its last turn unless it says when it became true."""
+        self.emit("facts_written", source=source, facts=[{"subject": d.subject, "text": d.text, "turns": list(d.turns),
+                                                          **({"ts": d.ts} if d.ts is not None else {})}
+                                                         for d in drafts])
+        turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
+        drafts = [d for d in drafts if d.text.strip()]
+        made: list[Fact] = []
+
+        def ops() -> list[dict]:  # numbered under the session's lock, after the facts other processes made
+            self._take_facts([], store=True)
+            for d in drafts:
+                turns = tuple(t for t in d.turns if t in turn_pages)
+                when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
+                pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
+                made.append(Fact(len(self.facts) + len(made) + 1, d.subject, " ".join(d.text.split()), turns, pages,
+                                 when, date_label(when), source))
+            return [{"op": "fact", **fact_record(f)} for f in made]
+
+        if drafts:
+            self.home.journal_op(self, ops)
+            self.pending.facts += [(self.user, self.name, f) for f in made]
+            self._keep_facts(made)
+        return made
+
+    def _keep_facts(self, facts: list[Fact], event: str = "fact") -> None:
+        if not facts:
+            return
+        vectors = self.home.embedder.embed([f.text for f in facts]).astype(np.float16).astype(np.float32)
+        for fact, vector in zip(facts, vectors):
+            older = self.facts.add(fact, vector)
+            if event == "fact":
+                self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in fact.pages],
+                          turns=list(fact.turns), supersedes=older.id if older else "")
+            elif event:  # another process's fact: an input replay feeds back
+                self.emit(event, **fact_record(fact))
+
+    def _take_facts(self, facts: list[Fact], store: bool = False, event: str = "fact_in") -> None:
+        """Facts other processes made, in number order (one ahead of a gap waits; the store fills gaps,
+        as when a journal segment was flushed and removed before we read it)."""
+        for f in facts:
+            if f.n > len(self.facts):
+                self._facts_waiting.setdefault(f.n, f)
+        if store or self._facts_waiting:
+            self.home.store.refresh()
+            for f in self.home.store.facts(self.user, self.name, after=len(self.facts)):
+                self._facts_waiting.setdefault(f.n, f)
+        ready: list[Fact] = []
+        while len(self.facts) + len(ready) + 1 in self._facts_waiting:
+            ready.append(self._facts_waiting.pop(len(self.facts) + len(ready) + 1))
+        self._keep_facts(ready, event)
+
+    def _turn_pages(self, wanted: set[int]) -> dict[int, tuple[list[int], float]]:
+        """turn → (the pages holding it, its timestamp), for the turns asked about."""
+        out: dict[int, tuple[list[int], float]] = {}
+        for n, page in self.pages.items():
+            for turn, _, _ in page.spans:
+                if turn in wanted:
+                    out.setdefault(turn, ([], page.ts_last))[0].append(n)
+        for piece in self.packer.pieces:
+            if piece.turn.turn in wanted:
+                out.setdefault(piece.turn.turn, ([], piece.turn.ts))[0].append(self.tail_n)
+        return out
 
     # -- search and automatic paging ----------------------------------------------------------------------
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -28,8 +28,11 @@ import numpy as np
 from .bookmarks import Bookmark
 from .errors import StoreError
 from .page import Page, Turn
+from .facts import Fact, fact_record
+from .state import Change
 
-SCHEMA_VERSION = 3  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts)
+SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -40,21 +43,25 @@ def is_local(uri: str) -> bool:
 
 @dataclass
 class Batch:
-    """One write: new turns, sealed pages (with one vector per piece), bookmarks and page-table states."""
+    """One write: new turns, sealed pages (with one vector per piece), bookmarks, page-table states and
+    working-state changes."""
 
     turns: list[Turn] = field(default_factory=list)
     pages: list[Page] = field(default_factory=list)
     vectors: list[np.ndarray] = field(default_factory=list)
     bookmarks: list[tuple[str, str, Bookmark]] = field(default_factory=list)  # (user, session, bookmark)
     states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
+    changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
+    facts: list[tuple[str, str, Fact]] = field(default_factory=list)          # (user, session, fact)
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.pages or self.bookmarks or self.states)
+        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
-                     self.bookmarks + later.bookmarks, {**self.states, **later.states})
+                     self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes,
+                     self.facts + later.facts)
 
 
 class Store(Protocol):
@@ -65,6 +72,8 @@ class Store(Protocol):
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True) -> tuple[list[Page], list[np.ndarray]]: ...
     def bookmarks(self, user: str, session: str) -> list[Bookmark]: ...
     def state(self, user: str, session: str) -> dict | None: ...
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
     def sessions(self) -> list[dict]: ...
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -80,6 +89,8 @@ class MemoryStore:
         self._pages: dict[tuple[str, str], dict[int, tuple[Page, np.ndarray]]] = {}
         self._bookmarks: dict[tuple[str, str], dict[str, Bookmark]] = {}
         self._states: dict[tuple[str, str], dict] = {}
+        self._changes: dict[tuple[str, str], dict[int, Change]] = {}
+        self._facts: dict[tuple[str, str], dict[int, Fact]] = {}
         self.writes = 0
 
     def put(self, batch: Batch) -> None:
@@ -91,6 +102,10 @@ class MemoryStore:
         for user, session, b in batch.bookmarks:
             self._bookmarks.setdefault((user, session), {}).setdefault(b.uid, b)
         self._states.update({k: json.loads(json.dumps(v)) for k, v in batch.states.items()})
+        for user, session, c in batch.changes:
+            self._changes.setdefault((user, session), {}).setdefault(c.seq, c)
+        for user, session, f in batch.facts:
+            self._facts.setdefault((user, session), {}).setdefault(f.n, f)
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -112,6 +127,14 @@ class MemoryStore:
 
     def state(self, user: str, session: str) -> dict | None:
         return self._states.get((user, session))
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]:
+        rows = self._changes.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
+
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]:
+        rows = self._facts.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
 
     def sessions(self) -> list[dict]:
         keys = set(self._turns) | set(self._pages)
@@ -162,7 +185,7 @@ def _page_from(row: dict) -> Page:
 
 
 class LanceStore:
-    """LanceDB tables `turns`, `pages`, `bookmarks`, `states` and `meta` under one URI."""
+    """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
                  notify=None, storage_options: dict[str, str] | None = None) -> None:
@@ -209,6 +232,10 @@ class LanceStore:
             "bookmarks": pa.schema([("user", s), ("session", s), ("uid", s), ("keywords", pa.list_(s)),
                                     ("pages", pa.list_(i)), ("note", s), ("source", s), ("ts", f)]),
             "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
+            "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
+                                        ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
+            "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
+                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -218,20 +245,23 @@ class LanceStore:
         for name, schema in self._schemas().items():
             if name in existing:
                 self._tables[name] = self._open(name)
-            elif self.read_only:
-                continue  # nothing was ever written to it: reads answer empty
+            elif self.read_only or (name in ADDED_BY_MIGRATION and not fresh):
+                continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
             else:
-                try:
-                    self._tables[name] = self.db.create_table(name, schema=schema)
-                except (OSError, ValueError, RuntimeError):
-                    # another process created it first
-                    self._tables[name] = self._open(name)
+                self._create(name, schema)
         if "leases" in existing:
             self._tables["leases"] = self._open("leases")
         elif fresh and not self.read_only:
             self._create_leases()
         if "meta" in self._tables:
             self._check(fresh)
+
+    def _create(self, name: str, schema) -> None:
+        try:
+            self._tables[name] = self.db.create_table(name, schema=schema)
+        except (OSError, ValueError, RuntimeError):
+            # another process created it first
+            self._tables[name] = self._open(name)
 
     def _meta(self) -> dict[str, str]:
         return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
@@ -311,6 +341,10 @@ class LanceStore:
             self._append_new("bookmarks", "uid", [
                 {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
                  "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
+        if batch.changes:
+            self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
+        if batch.facts:
+            self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts])
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa
@@ -416,6 +450,18 @@ class LanceStore:
     def state(self, user: str, session: str) -> dict | None:
         rows = self._rows("states", user, session)
         return json.loads(max(rows, key=lambda r: r["ts"])["state"]) if rows else None
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("state_changes", user, session, col("seq") > lit(after))
+        return sorted({r["seq"]: Change.from_record(r) for r in rows}.values(), key=lambda c: c.seq)
+
+    def facts(self, user: str, session: str, after: int = 0) -> list[Fact]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("facts", user, session, col("n") > lit(after))
+        return sorted({r["n"]: fact_from(r) for r in rows}.values(), key=lambda f: f.n)
 
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
@@ -594,3 +640,19 @@ def m003_leases(store: LanceStore) -> None:
     """a leases table: one writer per session across hosts sharing the store"""
     if "leases" not in store._tables:
         store._create_leases()
+
+
+ADDED_BY_MIGRATION = {"state_changes", "facts"}  # tables a store made by an older release gains by a named step
+
+
+@migration
+def m004_memory_tiers(store: LanceStore) -> None:
+    """tables for the working state's changes and for facts"""
+    for name in ("state_changes", "facts"):
+        if name not in store._tables:
+            store._create(name, store._schemas()[name])
+
+
+def fact_from(r: dict) -> Fact:
+    return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
+                r["date"], r["source"])

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import InputError
+from .facts import fact_record
 
 TRACE_VERSION = 1
 
@@ -165,4 +166,6 @@ def begin(session, model: str, budget: int) -> None:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
-                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state())
+                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
+                     changes=[asdict(c) for c in session.state.changes],
+                     facts=[fact_record(f) for f in session.facts.items])

@@ -82,6 +82,18 @@ def bookmark_table(session: Session, limit: int = 40) -> Table:
     return table
 
 
+def state_table(session: Session, key: str = "") -> Table:
+    """The working state (key, value, page, change), or with a key every value it had, unsets too."""
+    changes = session.state.history(key) if key else sorted(session.state.current.values(), key=lambda c: c.key)
+    title = f"state {key!r}: every change" if key else f"state: {len(changes)} key(s), {len(session.state.changes)} change(s)"
+    table = Table(title=title, title_justify="left")
+    for col in ("key", "value", "page", "turn", "change", "by"):
+        table.add_column(col, overflow="fold")
+    for c in changes:
+        table.add_row(c.key, "(unset)" if c.unset else c.value, f"p{c.page}", str(c.turn), str(c.seq), c.source)
+    return table
+
+
 def inspect_json(session: Session) -> dict:
     """The state scripts check: DESIGN.md's `pager inspect --json`."""
     return {
@@ -100,4 +112,6 @@ def inspect_json(session: Session) -> dict:
         "faults": session.counters["faults"],
         "evictions": session.counters["evictions"],
         "hits": session.counters["hits"],
+        "state": session.state.to_json(),
+        "facts": session.facts.to_json(),
     }

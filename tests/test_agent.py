@@ -112,8 +112,10 @@ def test_context_overflow_shrinks_the_frames_and_retries(mem_home):
     reply = Agent(s, model).ask("summarise")
     assert reply.text == "fits now"
     requests = [e.data for e in events if e.kind == "model_request"]
-    assert len(requests) == 2 and requests[1]["frames"] < requests[0]["frames"]
-    assert requests[1]["tokens"]["total"] <= 0.75 * 2048
+    assert len(requests) == 2
+    first, second = requests[0], requests[1]   # fewer frames, or the smaller tier of fixed regions (both shrink it)
+    assert second["frames"] < first["frames"] or second["tokens"]["prefix"] < first["tokens"]["prefix"]
+    assert second["tokens"]["total"] <= 0.75 * 2048
     assert any(e.kind == "overflow" for e in events)
 
 

@@ -58,3 +58,20 @@ def test_benchmark_slice_runs_and_reports_the_design_keys(tmp_path):
         # paging beats the conversation tail by far on questions about the past
         assert row["pager"]["recall"] > row["baselines"]["recent"]["recall"] + 0.3
     json.dumps(report)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="needs ../shared/data/locomo (present in CI)")
+def test_recorded_memory_reports_coverage_for_every_system(tmp_path):
+    from pager.formats import parse_locomo_observations
+
+    observations = parse_locomo_observations(LOCOMO)
+    assert all(refs and text for facts in observations.values() for _, text, refs in facts)
+    report = run(LOCOMO, [1024], Config(embedder="hash"), limit_conversations=1, limit_questions=40, progress=False,
+                 memory="recorded")
+    row = report["results"][0]
+    assert report["memory"] == "recorded"
+    for summary in [row["pager"], *row["baselines"].values()]:
+        assert summary["coverage"] >= summary["recall"]   # a fact only ever adds evidence
+        assert summary["mean_tokens"] <= 1024 and all("coverage" in c for c in summary["by_category"].values())
+    assert row["pager"]["fact_tokens"] > 0 and row["pager"]["coverage"] > row["pager"]["recall"]
+    assert row["baselines"]["recent"]["coverage"] == row["baselines"]["recent"]["recall"]  # it shows no facts

@@ -1,4 +1,5 @@
-"""The assembled context never exceeds its budget by a single token."""
+"""The assembled context never exceeds its budget by a single token, whatever the regions hold:
+the memory map, the working state (any number of keys, any text, any share) and the pages."""
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -23,14 +24,20 @@ words = st.text(alphabet=alphabet, min_size=1, max_size=300).filter(lambda t: t.
     questions=st.lists(words, min_size=1, max_size=4),
     chat=st.booleans(),
     encoding=st.sampled_from(["cl100k_base", "o200k_base"]),
+    state=st.lists(st.tuples(st.text("abcdefghij XYZ_", min_size=1, max_size=40).filter(lambda k: k.strip(" _")),
+                             words), max_size=12),
+    state_share=st.sampled_from([0.0, 0.05, 0.15, 0.4, 0.8]),
 )
-def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budget, policy, questions, chat, encoding):
+def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budget, policy, questions, chat, encoding,
+                                      state, state_share):
     budget = max(budget, 2 * page_tokens + CHAT_FLOOR)   # the smallest a Config accepts for these pages
     cfg = Config(home=tmp_path_factory.mktemp("h"), budget=budget, page_tokens=page_tokens, policy=policy,
-                 embedder="hash", tokenizer=encoding)
+                 embedder="hash", tokenizer=encoding, state_share=state_share)
     home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("p")
     s.append_many([{"speaker": f"sp{i % 3}", "text": t} for i, t in enumerate(texts)])
+    for key, value in state:
+        s.set_state(key, value[:400])
     prefix = "You are a careful assistant." * 3
     for q in questions:
         ctx = build(s, q[:200], prefix=prefix if chat else "", chat=chat)
@@ -41,6 +48,8 @@ def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budg
         assert recount <= budget, (recount, budget)
         assert ctx.tokens["total"] == recount, "the per-segment count is the exact count of the whole"
         assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory)
+        assert ctx.tokens["state"] <= budget * state_share
+        assert bool(ctx.tokens["state"]) == ("[state" in ctx.memory)
         assert ctx.dropped == []  # the frame arithmetic alone kept it in budget
         assert len(ctx.pages) <= ctx.frames
     home.journal.close(remove=True)

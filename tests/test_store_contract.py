@@ -71,3 +71,24 @@ def test_sessions_lists_namespaces(store):
     store.put(batch("v", "b", turns=2))
     rows = {(r["user"], r["session"]): r for r in store.sessions()}
     assert rows[("u", "a")]["turns"] == 3 and rows[("v", "b")]["pages"] == 1
+
+
+def test_state_changes_are_kept_once_in_order_per_session(store):
+    from pager.state import Change
+
+    changes = [Change(i, "city", f"c{i}", False, i, i, float(i), "model") for i in (2, 1, 3)]
+    store.put(Batch(changes=[("u", "s", c) for c in changes]))
+    store.put(Batch(changes=[("u", "s", changes[0]), ("u", "other", changes[1])]))  # replayed after a crash
+    assert store.state_changes("u", "s") == sorted(changes, key=lambda c: c.seq)
+    assert [c.seq for c in store.state_changes("u", "s", after=1)] == [2, 3]
+    assert [c.seq for c in store.state_changes("u", "other")] == [1] and store.state_changes("x", "s") == []
+
+
+def test_facts_are_kept_once_in_order_per_session(store):
+    from pager.facts import Fact
+
+    facts = [Fact(n, "city", f"fact {n}", (n,), (1, 2), float(n), "8 May 2023", "script") for n in (2, 1)]
+    store.put(Batch(facts=[("u", "s", f) for f in facts]))
+    store.put(Batch(facts=[("u", "s", facts[0])]))  # replayed after a crash
+    assert store.facts("u", "s") == sorted(facts, key=lambda f: f.n)
+    assert [f.n for f in store.facts("u", "s", after=1)] == [2] and store.facts("u", "x") == []

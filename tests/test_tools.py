@@ -24,7 +24,8 @@ def test_schemas_are_valid_json_schema_and_stable():
         Draft202012Validator.check_schema(schema["function"]["parameters"])
         assert schema["function"]["description"]
     assert schemas == json.loads(SNAPSHOT.read_text()), "tool schemas changed: review, then regenerate the snapshot with `pager tools`"
-    assert {s["function"]["name"] for s in MODEL.schemas()} == {"page_in", "page_out", "bookmark", "search", "pin", "unpin"}
+    assert {s["function"]["name"] for s in MODEL.schemas()} == {"page_in", "page_out", "bookmark", "search", "pin", "unpin",
+                                                                "state_set", "state_unset"}
 
 
 def test_schema_arguments_validate_what_the_dispatcher_accepts(mem_home):

@@ -21,6 +21,7 @@ def test_a_release_0_1_home_opens_migrates_and_answers_the_same(tmp_path):
     cfg = Config(home=home_path, embedder="hash", budget=2048)
     with Home(cfg, embedder=HashEmbedder()) as home:
         assert any("m002_turn_keys" in w for w in home.warnings), home.warnings
+        assert any("m004_memory_tiers" in w for w in home.warnings), home.warnings
         s = home.open("maya")
         assert s.turn_count == expected["turns"] and len(s.pages) == expected["pages"]
         assert sorted(e.n for e in s.table.values() if e.pinned) == expected["pinned"]
@@ -30,9 +31,11 @@ def test_a_release_0_1_home_opens_migrates_and_answers_the_same(tmp_path):
         assert [t.text for t in home.store.turns("bob", "other")] == expected["bob"]
         assert fsck.check(home, "", "maya").ok
         s.append("Maya", "a turn written by this release", key="k-1")
+        s.set_state("home city", "Berlin")
     with Home(cfg, embedder=HashEmbedder()) as home:
         assert not home.warnings  # migrated once
         assert home.store.keys("", "maya") == {"k-1": expected["turns"] + 1}
+        assert home.open("maya").state.values() == {"home city": "Berlin"}
 
 
 def test_a_store_this_pager_cannot_read_refuses_to_open_naming_the_fix(tmp_path):

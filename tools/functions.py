@@ -37,15 +37,33 @@ def search(session: Session, query: str, k: int = 5) -> str:
         raise Mistake(f"search needs k of 1 or more (it was {k}); k is how many pages to return, up to 20")
     k = min(k, 20)
     hits = session.search(query, k=k)
+    history = _state_history(session, query)
     if not hits:
-        return f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"
-    lines = [f"{len(hits)} page(s) for {query!r}:"]
+        return "\n".join(history + [f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"])
+    lines = history + [f"{len(hits)} page(s) for {query!r}:"]
     for hit in hits:
         where = "resident" if session.table[hit.n].resident else "on disk"
         marks = ", ".join(session.directory.keywords(hit.n)[:4])
         lines.append(f"- p{hit.n} ({session.render.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
                      f"{', bookmarks: ' + marks if marks else ''}): {session.render.snippet(hit, SNIPPET_CHARS)}")
     return "\n".join(lines)
+
+
+def _state_history(session: Session, query: str, keys: int = 3) -> list[str]:
+    """Keys of the working state the query names, with their earlier values: `state home city: Berlin
+    (since p12); before: Paris (p3, change 1)`."""
+    out: list[str] = []
+    for key in dict.fromkeys(c.key for c in session.state.find(query)):
+        changes = session.state.history(key)
+        now = session.state.current.get(key)
+        earlier = [c for c in changes if c is not now and not c.unset][::-1]
+        line = f"state {key}: " + (f"{now.value} (since p{now.page})" if now else "not set now")
+        if earlier:
+            line += "; before: " + ", ".join(f"{c.value} (p{c.page}, change {c.seq})" for c in earlier[:3])
+        out.append(line)
+        if len(out) == keys:
+            break
+    return out
 
 
 def page_in(session: Session, page: str) -> str:
@@ -136,6 +154,34 @@ def unpin(session: Session, page_id: str) -> str:
     return f"p{n} unpinned"
 
 
+def state_set(session: Session, key: str, value: str) -> str:
+    """Keep a current fact in the working state, which is always in your context. For what
+    stays true until changed (a city, a deadline, a dose); a new value replaces the old one,
+    which stays in memory.
+
+    Args:
+        key: a short name, like "home city"
+        value: the current value, like "Berlin"
+    """
+    change = session.set_state(key, value)
+    if change is None:
+        return f"state {key!r} already is {value!r}; nothing changed"
+    return f"state {change.key!r} set to {change.value!r} (change {change.seq}, from p{change.page})"
+
+
+def state_unset(session: Session, key: str) -> str:
+    """Remove a key from the working state. Its history stays in memory.
+
+    Args:
+        key: the key, as the state shows it
+    """
+    change = session.set_state(key, None)
+    if change is None:
+        keys = ", ".join(session.state.current) or "none"
+        raise Mistake(f"state has no key {key!r}; the keys are: {keys}")
+    return f"state {change.key!r} unset (change {change.seq})"
+
+
 def remember(session: Session, text: str, role: Literal["user", "assistant"] = "user", speaker: str = "") -> str:
     """Append a message to memory (durable before this returns). For agents that keep their
     own conversation and use pager as its memory.
@@ -168,5 +214,6 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
     return ctx.memory
 
 
-MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin)
+STATE_TOOLS = (state_set, state_unset)   # left out of the compact tier of a small budget (pager.agent)
+MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin) + STATE_TOOLS
 AGENT_TOOLS = MODEL_TOOLS + (remember, context)

@@ -135,6 +135,14 @@ class Toolkit:
         """Let a pinned page be evicted again."""
         return self._typed("unpin", page_id=page_id)
 
+    def state_set(self, key: str, value: str) -> str:
+        """Set one key of the working state (the old value stays in its history)."""
+        return self._typed("state_set", key=key, value=value)
+
+    def state_unset(self, key: str) -> str:
+        """Remove one key from the working state (its history stays)."""
+        return self._typed("state_unset", key=key)
+
     def _typed(self, name: str, **arguments) -> str:
         """Run as `call` would with the arguments a caller wrote (defaults left out, so the trace is the same)."""
         defaults = {p.name: p.default for p in self.dispatcher.params(name) if not p.required}

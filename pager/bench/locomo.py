@@ -11,6 +11,12 @@ same tokenizer, rendering turns as `Speaker: text` lines:
 - recent: the tail of the conversation that fits;
 - bm25:   turns ranked by BM25 (rank-bm25), packed greedily;
 - vector: turns ranked by embedding similarity, packed greedily.
+
+With `memory="recorded"` the dataset's own `observation` entries stand in for a memory model's
+output: pager takes them as facts (pager.facts, through Session.extract_facts) and shows them in
+slabs; bm25 and vector rank them mixed with the turns. Every system then also reports
+`coverage`: like recall, but an evidence turn also counts as present when a fact whose source is
+that turn is in the context. `fact_tokens` is the mean of the tokens facts took.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from . import need
 from ..config import Config
 from ..context import build
 from ..embed import make_embedder
-from ..formats import Conversation, parse_locomo
+from ..facts import Recorded
+from ..formats import Conversation, parse_locomo, parse_locomo_observations
 from ..home import memory_home
 from ..search import terms
 from ..session import Session
@@ -44,6 +51,8 @@ class Outcome:
     all_hit: bool
     tokens: int
     ms: float
+    coverage: float | None = None
+    fact_tokens: int = 0
 
 
 @dataclass
@@ -58,8 +67,15 @@ class Tally:
             by_cat[str(cat)] = {"recall": _mean([o.recall for o in rows]), "all_hit": _mean([o.all_hit for o in rows]),
                                 "n": len(rows)}
         ms = sorted(o.ms for o in self.outcomes) or [0.0]
+        memory: dict[str, float] = {}
+        if self.outcomes and self.outcomes[0].coverage is not None:
+            memory = {"coverage": _mean([o.coverage or 0.0 for o in head]),
+                      "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1)}
+            for label, row in by_cat.items():
+                row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
         return {
             "recall": _mean([o.recall for o in head]),
+            **memory,
             "all_hit": _mean([o.all_hit for o in head]),
             "n": len(head),
             "mean_tokens": round(_mean([o.tokens for o in self.outcomes]), 1),
@@ -114,12 +130,17 @@ def score(evidence: list[int], lengths: dict[int, int], inside: Callable[[int], 
 class Baselines:
     """Turn-level systems over one conversation, packed into the same budget."""
 
-    def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int]) -> None:
+    def __init__(self, session: Session, conv: Conversation, turn_numbers: list[int],
+                 facts: list[tuple[str, tuple[int, ...]]] | None = None) -> None:
         BM25Okapi = need("rank_bm25", "the BM25 baseline (or --no-baselines)").BM25Okapi
 
         self.tokenizer = session.tokenizer
         self.numbers = turn_numbers
         self.lines = [f"{m['speaker']}: {m['text']}" for m in conv.messages]
+        self.turn_items = len(self.lines)
+        facts = facts or []
+        self.sources = [(t,) for t in turn_numbers] + [turns for _, turns in facts]  # the turns each item holds
+        self.lines += [f"- {text}" for text, _ in facts]
         self.costs = [self.tokenizer.count(line) for line in self.lines]
         self.bm25 = BM25Okapi([terms(line) or ["∅"] for line in self.lines])
         self.embedder = session.home.embedder
@@ -127,7 +148,7 @@ class Baselines:
 
     def rank(self, system: str, question: str) -> list[int]:
         if system == "recent":
-            return list(range(len(self.lines) - 1, -1, -1))
+            return list(range(self.turn_items - 1, -1, -1))
         if system == "bm25":
             scores = self.bm25.get_scores(terms(question) or ["∅"])
         else:
@@ -156,7 +177,7 @@ class Baselines:
 # -- the run --------------------------------------------------------------------------------------------
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
              on_question: Callable[[], None] = lambda: None, written: dict | None = None,
-             errors: list[str] | None = None) -> None:
+             errors: list[str] | None = None, recorded: list | None = None) -> None:
     """One conversation at one budget. With a bookmark model, its bookmarks are written once per
     conversation (pages do not depend on the budget) and kept in `written` for the other budgets;
     the model's failures go to `errors`."""
@@ -174,8 +195,9 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     errors.append(f"{conv.sample_id}: {session.writer_error}")
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
+        facts = session.extract_facts(Recorded(recorded, number)) if recorded is not None else []
         checkpoint = session.paging_state()
-        base = Baselines(session, conv, [t.turn for t in turns]) if baselines else None
+        base = Baselines(session, conv, [t.turn for t in turns], [(f.text, f.turns) for f in facts]) if baselines else None
         for q in conv.questions:
             evidence = [number[r] for r in q.evidence if r in number]
             if not evidence:
@@ -187,24 +209,37 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
             ms = (time.perf_counter() - started) * 1000
             spans = turns_in_context(session, ctx.pages)
             recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))  # noqa: B023 - called at once
-            tallies["pager"].outcomes.append(Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms))
+            outcome = Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms)
+            if recorded is not None:
+                told = {t for n in ctx.facts for t in session.facts.items[n - 1].turns}
+                outcome.coverage = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in told  # noqa: B023
+                                         else spans.get(t, []))[0]  # noqa: B023
+                outcome.fact_tokens = ctx.tokens["facts"]
+            tallies["pager"].outcomes.append(outcome)
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
                     started = time.perf_counter()
                     chosen, tokens = base.pack(base.rank(system, q.question), budget)
                     ms = (time.perf_counter() - started) * 1000
-                    inside = {base.numbers[i] for i in chosen}
+                    inside = {base.numbers[i] for i in chosen if i < base.turn_items}
                     recall, all_hit = score(evidence, lengths,
                                             lambda t: [(0, lengths[t])] if t in inside else [])  # noqa: B023
-                    tallies[system].outcomes.append(Outcome(q.category, recall, all_hit, tokens, ms))
+                    outcome = Outcome(q.category, recall, all_hit, tokens, ms)
+                    if recorded is not None:
+                        told = {t for i in chosen for t in base.sources[i]}
+                        outcome.coverage = score(evidence, lengths,
+                                                 lambda t: [(0, lengths[t])] if t in told else [])[0]  # noqa: B023
+                        outcome.fact_tokens = sum(base.costs[i] for i in chosen if i >= base.turn_items)
+                    tallies[system].outcomes.append(outcome)
             on_question()
         home.journal.close(remove=True)
 
 
 def run(data: Path, budgets: list[int], config: Config | None = None, limit_conversations: int | None = None,
-        limit_questions: int | None = None, baselines: bool = True, progress: bool = True) -> dict:
+        limit_questions: int | None = None, baselines: bool = True, progress: bool = True, memory: str = "") -> dict:
     config = config or Config(embedder="wordllama")
     conversations = parse_locomo(data)[:limit_conversations]
+    observations = parse_locomo_observations(data) if memory == "recorded" else {}
     if limit_questions:
         for conv in conversations:
             conv.questions = conv.questions[:limit_questions]
@@ -220,7 +255,8 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
             tallies = {name: Tally() for name in SYSTEMS}
             for conv in conversations:
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
-                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors)
+                evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors,
+                         observations.get(conv.sample_id, []) if memory == "recorded" else None)
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
     return {
@@ -229,6 +265,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy or "clock",
         "embedder": config.embedder,
+        **({"memory": memory, "fact_share": config.fact_share} if memory else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],

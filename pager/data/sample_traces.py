@@ -81,6 +81,15 @@ def make(folder: Path) -> dict[str, dict]:
         "CLOCK and LRU differ: nine questions revisit earlier topics, so pages come back while others are "
         "used once; `pager replay --policy all` shows different faults per policy, each against OPT. "
         "Replies: the offline memory shell (no LLM).")
+    out["working_state_changes"] = record(
+        folder / "working_state_changes.jsonl", talk[:80],
+        ["My home city is Paris.", "Remember: the project deadline is 14 March", "My medication dose is 10 mg.",
+         "My home city is now Berlin.", "Project deadline: 21 March", "What is my home city?",
+         "What was my home city before?", "What is the project deadline?"],
+        Config(budget=2048, session="state"),
+        "The working state: the offline memory shell keeps plainly stated values with state_set (a move, a "
+        "new deadline), the state block sits in every prompt before the pages, the current value answers "
+        "and the state's history answers 'before'. Replies: the offline memory shell (no LLM).")
     out["demo"] = record(
         HERE / "demo_trace.jsonl", talk, [q for q, _ in QUESTIONS], Config(budget=2048, session="demo"),
         "The demo's session: the bundled conversation under a 2048-token budget and the six demo questions. "

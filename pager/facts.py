@@ -1,0 +1,170 @@
+"""Facts: short statements a memory model (or its recorded output) made of the conversation.
+
+Each fact names the turns it came from (and so its pages), a subject key and when it became
+true. A newer fact on the same subject supersedes the older one, which stays, marked with its
+dates: supersession is derived from the facts in order, never stored as an edit, so every
+process holding the same facts agrees on it and nothing is deleted.
+
+Facts reach the prompt in slabs: a slab is one frame of `page_tokens` holding as many facts as
+fit (a 25-token fact costs 25 tokens, not a frame), so the frame arithmetic of context assembly
+stays exact. Facts are searched with their own small BM25 and the session's embedder.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .search import terms
+
+BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|formerly|old|originally|changed?)\b", re.I)
+SUPERSEDED_WEIGHT = 0.6   # an old value ranks below the current one, unless the question asks what it was
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What a producer says: a statement, its subject, the turns it came from; ts: when it became true."""
+
+    subject: str
+    text: str
+    turns: tuple[int, ...]
+    ts: float | None = None
+
+
+@dataclass(frozen=True)
+class Fact:
+    n: int
+    subject: str
+    text: str
+    turns: tuple[int, ...]
+    pages: tuple[int, ...]
+    ts: float          # valid from
+    date: str
+    source: str        # "recorded", "model", "script"
+
+    @property
+    def id(self) -> str:
+        return f"f{self.n}"
+
+
+def fact_record(f: Fact) -> dict:
+    """A fact as the journal and the store keep it."""
+    return {"n": f.n, "subject": f.subject, "text": f.text, "turns": list(f.turns), "pages": list(f.pages),
+            "ts": f.ts, "date": f.date, "source": f.source}
+
+
+def subject_key(subject: str) -> str:
+    return " ".join(str(subject).lower().split())
+
+
+class Facts:
+    """Every fact of a session, in the order they were made, with what supersedes what."""
+
+    def __init__(self) -> None:
+        self.items: list[Fact] = []
+        self._subjects: dict[str, list[Fact]] = {}
+        self._terms: list[Counter] = []
+        self._df: Counter = Counter()
+        self._vectors: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, fact: Fact, vector: np.ndarray | None = None) -> Fact | None:
+        """Keep a fact; returns the fact it supersedes, if any (the newest earlier one on its subject)."""
+        self.items.append(fact)
+        same = self._subjects.setdefault(subject_key(fact.subject), [])
+        same.append(fact)
+        same.sort(key=lambda f: (f.ts, f.n))
+        words = Counter(terms(fact.text))
+        self._terms.append(words)
+        self._df.update(words.keys())
+        self._vectors.append(vector if vector is not None else np.zeros(0, dtype=np.float32))
+        i = same.index(fact)
+        return same[i - 1] if i > 0 else None
+
+    def superseded_by(self, fact: Fact) -> Fact | None:
+        same = self._subjects[subject_key(fact.subject)]
+        i = same.index(fact)
+        return same[i + 1] if i + 1 < len(same) else None
+
+    def current(self, subject: str) -> Fact | None:
+        same = self._subjects.get(subject_key(subject))
+        return same[-1] if same else None
+
+    def history(self, subject: str) -> list[Fact]:
+        return list(self._subjects.get(subject_key(subject), []))
+
+    def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 50) -> list[tuple[Fact, float]]:
+        """Facts for the query, best first: BM25 over the statements, plus vector similarity;
+        superseded facts are kept but rank below the current ones unless the query asks for the past."""
+        if not self.items:
+            return []
+        wanted = set(terms(query))
+        n = len(self.items)
+        avg = sum(sum(t.values()) for t in self._terms) / n or 1.0
+        scores = np.zeros(n, dtype=np.float64)
+        for i, words in enumerate(self._terms):
+            length = sum(words.values())
+            for w in wanted & words.keys():
+                idf = math.log(1 + (n - self._df[w] + 0.5) / (self._df[w] + 0.5))
+                tf = words[w]
+                scores[i] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+        if scores.max() > 0:
+            scores /= scores.max()
+        if query_vector is not None and self._vectors[0].size:
+            scores += 0.5 * np.clip(np.stack(self._vectors) @ query_vector, 0, None)
+        past = bool(BEFORE.search(query))
+        for i, fact in enumerate(self.items):
+            if self.superseded_by(fact) is not None and not past:
+                scores[i] *= SUPERSEDED_WEIGHT
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(self.items[i], round(float(scores[i]), 4)) for i in order if scores[i] > 0]
+
+    def line(self, fact: Fact) -> str:
+        """`- f12 (8 May 2023, p4): text`, or with its end and successor when superseded."""
+        later = self.superseded_by(fact)
+        when = fact.date + (f" → {later.date}, superseded by {later.id}" if later else "")
+        pages = ",".join(f"p{p}" for p in fact.pages[:2])
+        return f"- {fact.id} ({when}{', ' + pages if pages else ''}): {fact.text}"
+
+    def to_json(self) -> list[dict]:
+        out = []
+        for f in self.items:
+            later = self.superseded_by(f)
+            out.append({"id": f.id, "subject": f.subject, "text": f.text, "turns": list(f.turns),
+                        "pages": [f"p{p}" for p in f.pages], "valid_from": f.ts, "date": f.date,
+                        "valid_to": later.ts if later else None, "superseded_by": later.id if later else None,
+                        "source": f.source})
+        return out
+
+
+class Recorded:
+    """A memory model's recorded output: facts with the refs of their source turns (LoCoMo's dia_ids),
+    each returned once, when a page holding one of its turns is asked about."""
+
+    source = "recorded"
+
+    def __init__(self, facts: list[tuple[str, str, list[str]]], numbers: dict[str, int]) -> None:
+        self.facts = facts        # (subject, text, source refs)
+        self.numbers = numbers    # ref → turn number in the session
+        self.given: set[int] = set()
+
+    def __call__(self, session, pages: list[int]) -> list[Draft]:
+        held: set[int] = set()
+        for n in pages:
+            if n == session.tail_n:
+                held |= {p.turn.turn for p in session.packer.pieces}
+            elif n in session.pages:
+                held |= {t for t, _, _ in session.pages[n].spans}
+        out = []
+        for i, (subject, text, refs) in enumerate(self.facts):
+            turns = tuple(self.numbers[r] for r in refs if r in self.numbers)
+            if i not in self.given and held.intersection(turns):
+                self.given.add(i)
+                out.append(Draft(subject, text, turns))
+        return out
