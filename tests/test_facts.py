@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pager.agent import Agent
 from pager.bench.record import record
-from pager.config import Config
+from pager.config import CHAT_FLOOR, Config
 from pager.context import build
 from pager.embed import HashEmbedder
 from pager.facts import Draft
@@ -155,7 +155,7 @@ def test_a_session_with_facts_replays_exactly(tmp_path):
        budget=st.integers(min_value=400, max_value=6000), page_tokens=st.sampled_from([64, 128, 256]),
        share=st.sampled_from([0.0, 0.1, 0.3, 0.6, 0.9]), question=st.text(min_size=1, max_size=80).filter(str.strip))
 def test_regions_hold_the_budget_with_facts_of_any_size(tmp_path_factory, facts, budget, page_tokens, share, question):
-    config = Config(home=tmp_path_factory.mktemp("f"), budget=max(budget, page_tokens + 200), page_tokens=page_tokens,
+    config = Config(home=tmp_path_factory.mktemp("f"), budget=max(budget, 2 * page_tokens + CHAT_FLOOR), page_tokens=page_tokens,
                     embedder="hash", fact_share=share)
     home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("p")

@@ -77,7 +77,7 @@ def make(folder: Path) -> dict[str, dict]:
         model=HandlerModel(script, name="pager/script"))
     questions = [q for q, _ in QUESTIONS] + [QUESTIONS[0][0], QUESTIONS[2][0], "What else happened with the sync engine?"]
     out["clock_vs_lru"] = record(
-        folder / "clock_vs_lru.jsonl", talk, questions, Config(budget=2048, session="policies"),
+        folder / "clock_vs_lru.jsonl", talk, questions, Config(budget=3072, session="policies"),
         "CLOCK and LRU differ: nine questions revisit earlier topics, so pages come back while others are "
         "used once; `pager replay --policy all` shows different faults per policy, each against OPT. "
         "Replies: the offline memory shell (no LLM).")
