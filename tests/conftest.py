@@ -61,6 +61,42 @@ def tmpfs(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+DEMO = ROOT / "pager" / "data" / "demo_conversation.jsonl"
+ENV = {"PAGER_EMBEDDER": "hash"}
+
+
+@pytest.fixture(scope="module")
+def maya(tmp_path_factory):
+    """A home with the demo conversation ingested as session 'maya' (the README's chat)."""
+    home = tmp_path_factory.mktemp("maya")
+    result = _cli().invoke(_app(), ["--home", str(home), "ingest", str(DEMO), "--session", "maya"], env=ENV)
+    assert result.exit_code == 0, result.output
+    return home
+
+
+def chat(home, lines, *args, session="maya"):
+    result = _cli().invoke(_app(), ["--home", str(home), "chat", "--session", session, *args],
+                           input="".join(line + "\n" for line in lines), env=ENV)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def answers(output: str) -> list[str]:
+    return [" ".join(part.split("you>")[0].split()) for part in output.split("pager>")[1:]]
+
+
+def _cli():
+    from typer.testing import CliRunner
+
+    return CliRunner()
+
+
+def _app():
+    from pager.cli.app import app
+
+    return app
+
+
 def say(session, n, start=0, words=12):
     """Append n turns with distinct, checkable text."""
     msgs = [{"speaker": "ann" if i % 2 else "bob", "text": f"turn {i} says " + " ".join(f"w{i}x{j}" for j in range(words))}

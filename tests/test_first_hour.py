@@ -9,30 +9,11 @@ from typer.testing import CliRunner
 
 from pager.cli.app import app
 
+from conftest import DEMO, ENV, answers, chat
+
 runner = CliRunner()
-DEMO = Path(__file__).resolve().parents[1] / "pager" / "data" / "demo_conversation.jsonl"
-ENV = {"PAGER_EMBEDDER": "hash"}
 PEANUTS = "Sam Okafor is allergic to peanuts"
 
-
-@pytest.fixture(scope="module")
-def maya(tmp_path_factory):
-    """A home with the demo conversation ingested as session 'maya' (the README's chat)."""
-    home = tmp_path_factory.mktemp("maya")
-    result = runner.invoke(app, ["--home", str(home), "ingest", str(DEMO), "--session", "maya"], env=ENV)
-    assert result.exit_code == 0, result.output
-    return home
-
-
-def chat(home, lines, *args, session="maya"):
-    result = runner.invoke(app, ["--home", str(home), "chat", "--session", session, *args],
-                           input="".join(line + "\n" for line in lines), env=ENV)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def answers(output: str) -> list[str]:
-    return [" ".join(part.split("you>")[0].split()) for part in output.split("pager>")[1:]]
 
 
 # -- echoes ----------------------------------------------------------------------------------------------

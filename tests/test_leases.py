@@ -98,16 +98,21 @@ sys.stdin.read()
 """
 
 
-def test_a_holder_killed_with_sigkill_loses_its_lease_after_the_expiry_and_its_home_recovers(shared, tmp_path):
-    config, env = shared
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "a"), "2", "5"], env={**os.environ, **env},
+def _killed_while_holding(script: str, home, lease_s: str, turns: int, env: dict) -> None:
+    """Run a lease holder that acknowledges `turns` turns, then SIGKILL it once it says it holds."""
+    child = subprocess.Popen([sys.executable, "-c", script, str(home), lease_s, str(turns)], env={**os.environ, **env},
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     while (line := child.stdout.readline()) and line.strip() != "holding":
         lines.append(line)
-    assert len(lines) == 5, child.stderr.read()
+    assert len(lines) == turns, child.stderr.read()
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
+
+
+def test_a_holder_killed_with_sigkill_loses_its_lease_after_the_expiry_and_its_home_recovers(shared, tmp_path):
+    config, env = shared
+    _killed_while_holding(CHILD, tmp_path / "a", "2", 5, env)
     # host b waits for the lease: it lapses 2 s after host a was last seen (the event ends the wait)
     b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
     b.open("s").append("bob", "host b, after the lease lapsed")
@@ -159,15 +164,7 @@ def test_ten_holders_killed_in_a_row_lose_nothing_acknowledged(tmp_path):
 
     expected: list[str] = []
     for round_ in range(10):
-        child = subprocess.Popen([sys.executable, "-c", CHILD.replace("acknowledged {i}", f"r{round_} acknowledged {{i}}"),
-                                  str(tmp_path / "a"), "1", "3"], env={**os.environ, **env},
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        acked = []
-        while (line := child.stdout.readline()) and line.strip() != "holding":
-            acked.append(line)
-        assert len(acked) == 3, child.stderr.read()
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+        _killed_while_holding(CHILD.replace("acknowledged {i}", f"r{round_} acknowledged {{i}}"), tmp_path / "a", "1", 3, env)
         expected += [f"r{round_} acknowledged {i} on host a" for i in range(3)]
         with Home(config("b", lease_wait_s=120), embedder=HashEmbedder()) as b:
             b.open("s").append("bob", f"r{round_} host b")

@@ -1,40 +1,20 @@
 """What an outside tester still found after issue 13, each driven the way the tester did."""
 
 import shutil
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from pager.cli.app import app
+from conftest import DEMO, ENV, answers, chat
 
 runner = CliRunner()
-DEMO = Path(__file__).resolve().parents[1] / "pager" / "data" / "demo_conversation.jsonl"
-ENV = {"PAGER_EMBEDDER": "hash"}
 PEANUTS = "Sam Okafor is allergic to peanuts"
 
 SYNC = "the sync engine will use the Yjs CRDT"
 QUESTIONS = ["Who is allergic to peanuts?", "What did we decide about the sync engine?"]
 BUDGETS = [434, 500, 600, 800, 900, 1000, 1100, 1300, 1600]
 
-
-@pytest.fixture(scope="module")
-def maya(tmp_path_factory):
-    home = tmp_path_factory.mktemp("maya")
-    result = runner.invoke(app, ["--home", str(home), "ingest", str(DEMO), "--session", "maya"], env=ENV)
-    assert result.exit_code == 0, result.output
-    return home
-
-
-def chat(home, lines, *args, session="maya"):
-    result = runner.invoke(app, ["--home", str(home), "chat", "--session", session, *args],
-                           input="".join(line + "\n" for line in lines), env=ENV)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def answers(output: str) -> list[str]:
-    return [" ".join(part.split("you>")[0].split()) for part in output.split("pager>")[1:]]
 
 
 def _answered_from_the_facts(replies: list[str], budget: int) -> None:
