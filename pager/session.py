@@ -75,7 +75,6 @@ class Session:
         self._waiting: dict[int, tuple[Turn, bool]] = {}  # turns known ahead of a gap, and whether ours
         self.keys: dict[str, int] = {}      # idempotency key → turn, for the turns taken in
         self._keys_loaded = False
-        self.missing: list[int] = []        # turn numbers no journal or store holds (damage), skipped
         self.generation = -1                # journal ops of other processes taken in, as the lock counts them
         self.counters = {"faults": 0, "hits": 0, "evictions": 0}
         self.pending = Batch()
@@ -302,7 +301,6 @@ class Session:
         while self.turn_count < last:
             n = self.turn_count + 1
             if n not in self._waiting:
-                self.missing.append(n)
                 self.home.warn(f"turn {n} of session {self.name!r} is in no journal and not in the store "
                                "(a damaged journal record); it is skipped")
                 self.emit("turn_missing", turn=n)

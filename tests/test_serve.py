@@ -180,17 +180,23 @@ def test_a_failing_model_is_502_and_the_message_is_kept(open_server):
     assert "9931" in hits[0]["snippet"]
 
 
-def test_a_slow_model_is_504_and_its_reply_is_recorded_when_it_comes(open_server):
+def _blocked_model(name: str, answer: str) -> tuple[threading.Event, threading.Event]:
+    """Register model pager/NAME, which says it was called and answers only once released."""
     from pager.llm import register
 
     release, called = threading.Event(), threading.Event()
 
-    def slow(messages, tools):
+    def handler(messages, tools):
         called.set()
         release.wait(30)
-        return {"content": "late but here"}
+        return {"content": answer}
 
-    register("slow", slow)
+    register(name, handler)
+    return release, called
+
+
+def test_a_slow_model_is_504_and_its_reply_is_recorded_when_it_comes(open_server):
+    release, called = _blocked_model("slow", "late but here")
     server = open_server.server
     server.limits = replace(server.limits, model_timeout=0.2)
     try:
@@ -198,7 +204,7 @@ def test_a_slow_model_is_504_and_its_reply_is_recorded_when_it_comes(open_server
             r = http.post("/v1/chat/completions", json={"model": "pager/slow", "user": "slow", "messages": [
                 {"role": "user", "content": "Take your time."}]})
         assert r.status_code == 504 and r.json()["error"]["type"] == "timeout_error"
-        assert called.is_set()
+        assert called.wait(30)  # the turn goes on after the 504 (on a slow machine it may reach the model only now)
     finally:
         server.limits = replace(server.limits, model_timeout=120)
         release.set()
@@ -472,15 +478,8 @@ def test_without_keys_only_requests_addressed_to_loopback_are_served(open_server
 
 def test_a_slow_streamed_turn_keeps_the_stream_alive_and_ends_in_the_error_shape(open_server, monkeypatch):
     from pager import serve
-    from pager.llm import register
 
-    release = threading.Event()
-
-    def slow(messages, tools):
-        release.wait(30)
-        return {"content": "late"}
-
-    register("slow-stream", slow)
+    release, _ = _blocked_model("slow-stream", "late")
     monkeypatch.setattr(serve, "KEEPALIVE_S", 0.05)
     server = open_server.server
     server.limits = replace(server.limits, model_timeout=0.5)
@@ -513,20 +512,11 @@ def test_keys_created_at_once_are_all_kept(tmp_path):
 
 
 def test_the_event_loop_stays_free_while_the_engine_works_and_other_sessions_proceed_during_a_model_call(open_server):
-    from pager.llm import register
-
     engine = open_server.server.engine
     with engine.lock:   # as if a long LanceDB write held the engine: the loop still answers
         with open_server.http() as http:
             assert http.get("/healthz", timeout=10).status_code == 200
-    release, called = threading.Event(), threading.Event()
-
-    def thinking(messages, tools):
-        called.set()
-        release.wait(30)
-        return {"content": "done thinking"}
-
-    register("thinking", thinking)
+    release, called = _blocked_model("thinking", "done thinking")
     results: dict = {}
 
     def slow_turn():
