@@ -20,6 +20,7 @@ import copy
 import hashlib
 import itertools
 import weakref
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,7 +217,7 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
         weight = max((float(weights[p]) for p in fact_pieces(session, f)), default=0.0) if weights is not None and len(weights) else 0.0
         scored[f.n] = (matched.get(f.n, 0.0) + weight, f, weight)
     order = sorted(scored.values(), key=lambda x: (-x[0], x[1].n))[:MOST_FACTS]
-    return [(f, session.facts.line(f), weight) for _, f, weight in order]
+    return [(f, fact_line(session, f), weight) for _, f, weight in order]
 
 
 def piece_facts(session: Session) -> dict[int, list]:
@@ -232,6 +233,29 @@ def piece_facts(session: Session) -> dict[int, list]:
     return cached[1]
 
 
+def fact_line(session: Session, fact) -> str:
+    """A fact's line in a slab; it changes only when a newer fact supersedes it."""
+    cache = _LINES.get(session)
+    if cache is None or cache[0] != len(session.facts):
+        cache = _LINES[session] = (len(session.facts), {}, {})
+    line = cache[1].get(fact.n)
+    if line is None:
+        line = cache[1][fact.n] = session.facts.line(fact)
+    return line
+
+
+def line_tokens(session: Session, line: str) -> int:
+    """Tokens of a fact's line, counted once per line."""
+    cache = _LINES.get(session)
+    if cache is None or cache[0] != len(session.facts):
+        cache = _LINES[session] = (len(session.facts), {}, {})
+    cost = cache[2].get(line)
+    if cost is None:
+        cost = cache[2][line] = session.tokenizer.count(line)
+    return cost
+
+
+_LINES: "weakref.WeakKeyDictionary[Session, tuple[int, dict, dict]]" = weakref.WeakKeyDictionary()
 _PIECE_FACTS: "weakref.WeakKeyDictionary[Session, tuple]" = weakref.WeakKeyDictionary()
 
 
@@ -265,7 +289,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     offers = []   # (-value per token, rank, turns, cost): a heap; offers only fall as turns are shown
     for rank, (fact, line, weight) in enumerate(ranked):
         if weight > 0 and not set(fact.turns) <= shown:
-            cost = count(line) + 1
+            cost = line_tokens(session, line) + 1
             offers.append((-weight / cost, rank, fact.turns, weight, cost))
     heapq.heapify(offers)
     taken_pages, fact_tokens, next_page = 0, 0, 0
@@ -304,6 +328,12 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
 FACTS_TITLE = "[facts]"
 
 
+@lru_cache(maxsize=1024)
+def counted(count, text: str) -> int:
+    """count(text), remembered: a slab is counted when packed and again when assembled."""
+    return count(text)
+
+
 def slab_text(slab: list[tuple]) -> str:
     return "\n".join([FACTS_TITLE] + [line for _, line in slab])
 
@@ -315,14 +345,14 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [count(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
-        cost = count(item[1]) + 1
+        cost = line_tokens(session, item[1]) + 1
         for b in range(slabs):
             if used[b] + cost <= limit:
                 bins[b].append(item)
                 used[b] += cost
                 break
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
-        while slab and count(slab_text(slab) + SEPARATOR) > limit:
+        while slab and counted(count, slab_text(slab) + SEPARATOR) > limit:
             slab.pop()
     return [slab for slab in bins if slab]
 
@@ -341,7 +371,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     count = session.tokenizer.count
     shown: list[int] = []
     blocks: list[str] = ([state] if state else []) + list(slabs or [])  # the state, then fact slabs: never dropped
-    costs: list[int] = [count(block + SEPARATOR) for block in blocks]
+    costs: list[int] = [counted(count, block + SEPARATOR) for block in blocks]  # a slab was counted when packed
     fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
