@@ -71,6 +71,7 @@ class Config:
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     state_share: float = 0.15    # share of the memory budget the working state may take (it comes before pages)
     fact_share: float = 0.3      # share of the frames fact slabs may take when the session has facts
+    summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     max_steps: int = 8           # model calls per user message before the loop stops
@@ -104,6 +105,8 @@ class Config:
             raise ConfigError("autopage_share must be in (0, 1]")
         if not 0 <= self.fact_share < 1:
             raise ConfigError(f"fact_share {self.fact_share} must be in [0, 1)")
+        if not 0 <= self.summary_share < 1:
+            raise ConfigError(f"summary_share {self.summary_share} must be in [0, 1)")
         if not 0 <= self.state_share < 1:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:

@@ -245,7 +245,7 @@ class Home:
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
                             self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name),
-                            self.store.facts(s.user, s.name))
+                            self.store.facts(s.user, s.name), self.store.summaries(s.user, s.name))
         path = self._snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -411,6 +411,7 @@ class Home:
                 batch.bookmarks += part.bookmarks
                 batch.changes += part.changes
                 batch.facts += part.facts
+                batch.summaries += part.summaries
                 batch.states.update(part.states)
             if batch:
                 try:
@@ -574,6 +575,7 @@ class Snapshot:
     tail: list
     saved_changes: list = field(default_factory=list)   # the working state's changes
     saved_facts: list = field(default_factory=list)
+    saved_summaries: list = field(default_factory=list)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -596,6 +598,9 @@ class Snapshot:
 
     def facts(self, user: str, session: str, after: int = 0) -> list:
         return [f for f in self.saved_facts if f.n > after]
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list:
+        return [x for x in self.saved_summaries if x.n > after]
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept

@@ -30,9 +30,10 @@ from .errors import StoreError
 from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
+from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
-                    # 4: tables of working-state changes and facts
+SCHEMA_VERSION = 5  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts; 5: a table of summaries
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -53,15 +54,17 @@ class Batch:
     states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
     changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
     facts: list[tuple[str, str, Fact]] = field(default_factory=list)          # (user, session, fact)
+    summaries: list[tuple[str, str, Summary]] = field(default_factory=list)   # (user, session, summary)
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts)
+        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts
+                    or self.summaries)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
                      self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes,
-                     self.facts + later.facts)
+                     self.facts + later.facts, self.summaries + later.summaries)
 
 
 class Store(Protocol):
@@ -74,6 +77,7 @@ class Store(Protocol):
     def state(self, user: str, session: str) -> dict | None: ...
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]: ...
     def sessions(self) -> list[dict]: ...
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -91,6 +95,7 @@ class MemoryStore:
         self._states: dict[tuple[str, str], dict] = {}
         self._changes: dict[tuple[str, str], dict[int, Change]] = {}
         self._facts: dict[tuple[str, str], dict[int, Fact]] = {}
+        self._summaries: dict[tuple[str, str], dict[int, Summary]] = {}
         self.writes = 0
 
     def put(self, batch: Batch) -> None:
@@ -106,6 +111,8 @@ class MemoryStore:
             self._changes.setdefault((user, session), {}).setdefault(c.seq, c)
         for user, session, f in batch.facts:
             self._facts.setdefault((user, session), {}).setdefault(f.n, f)
+        for user, session, x in batch.summaries:
+            self._summaries.setdefault((user, session), {}).setdefault(x.n, x)
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -134,6 +141,10 @@ class MemoryStore:
 
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]:
         rows = self._facts.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]:
+        rows = self._summaries.get((user, session), {})
         return [rows[k] for k in sorted(rows) if k > after]
 
     def sessions(self) -> list[dict]:
@@ -236,6 +247,9 @@ class LanceStore:
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
                                 ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
+            "summaries": pa.schema([("user", s), ("session", s), ("n", i), ("kind", s), ("key", s), ("version", i),
+                                    ("text", s), ("pages", pa.list_(i)), ("turns", pa.list_(i)), ("ts", f),
+                                    ("date", s), ("source", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -345,6 +359,9 @@ class LanceStore:
             self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
         if batch.facts:
             self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts])
+        if batch.summaries:
+            self._append_new("summaries", "n", [{"user": u, "session": s, **summary_record(x)}
+                                                for u, s, x in batch.summaries])
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa
@@ -462,6 +479,12 @@ class LanceStore:
 
         rows = self._rows("facts", user, session, col("n") > lit(after))
         return sorted({r["n"]: fact_from(r) for r in rows}.values(), key=lambda f: f.n)
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("summaries", user, session, col("n") > lit(after))
+        return sorted({r["n"]: summary_from(r) for r in rows}.values(), key=lambda x: x.n)
 
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
@@ -642,7 +665,7 @@ def m003_leases(store: LanceStore) -> None:
         store._create_leases()
 
 
-ADDED_BY_MIGRATION = {"state_changes", "facts"}  # tables a store made by an older release gains by a named step
+ADDED_BY_MIGRATION = {"state_changes", "facts", "summaries"}  # tables a store made by an older release gains by a named step
 
 
 @migration
@@ -651,6 +674,13 @@ def m004_memory_tiers(store: LanceStore) -> None:
     for name in ("state_changes", "facts"):
         if name not in store._tables:
             store._create(name, store._schemas()[name])
+
+
+@migration
+def m005_summaries(store: LanceStore) -> None:
+    """a table for episode and rolling summaries"""
+    if "summaries" not in store._tables:
+        store._create("summaries", store._schemas()["summaries"])
 
 
 def fact_from(r: dict) -> Fact:
