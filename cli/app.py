@@ -282,8 +282,9 @@ def search(
     k: int = typer.Option(8, "-k", help="how many pages"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
 ) -> None:
-    """Ranked pages for a query (each signal's score, the page's bookmarks), then the facts, summaries and
-    state it names: every hit marked with its kind, superseded facts with their dates."""
+    """Ranked pages for a query, then the facts, summaries and state it names, each marked with its kind.
+
+    Pages come with each signal's score and their bookmarks; superseded facts with their dates."""
     import json
 
     if not query.strip():
@@ -334,6 +335,27 @@ def search(
                 score = f"{r['score']:.3f}" if "score" in r else ""
                 other.add_row(r["kind"], r["id"], score, ",".join(r["pages"][:3]), when, Text(r["text"]))
             console.print(other)
+
+
+@command()
+def summarize(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s"),
+) -> None:
+    """Summarize a session offline, no model: its closed episodes and a new rolling summary version.
+
+    An episode ends at a new day, a long silence or a topic shift; its summary is its most central
+    sentences, verbatim."""
+    from pager.summaries import Extractive
+
+    config = load_config(ctx, session=session)
+    with open_home(config) as home:
+        s = existing(home)
+        made = s.summarize(Extractive())
+        for x in made:
+            typer.echo(f"{x.id} {x.kind} {x.key!r} v{x.version} ({x.span}, {x.date}): {x.text[:160]}")
+        typer.echo(f"{len(made)} new summaries; {len(s.summaries)} in all"
+                   + (f" (the producer failed: {s.memory_error})" if s.memory_error else ""))
 
 
 @command()

@@ -256,7 +256,7 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
                               event["source"])
         elif kind == "summaries_written":   # a summary producer's recorded answer; replay calls no producer
-            session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]))
+            session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]), x.get("ts"))
                                    for x in event["summaries"]], event["source"])
         elif kind == "summary_in":   # a summary another process made, taken in by sync
             session._keep_summaries([summary_from(event)], event="")

@@ -695,7 +695,8 @@ class Session:
         the pages of its first to its last turn, dated by its last turn; a key held already gets its
         next version, and the older one stays."""
         self.emit("summaries_written", source=source, summaries=[
-            {"kind": d.kind, "key": d.key, "text": d.text, "turns": list(d.turns)} for d in drafts])
+            {"kind": d.kind, "key": d.key, "text": d.text, "turns": list(d.turns), **({"ts": d.ts} if d.ts is not None else {})}
+            for d in drafts])
         drafts = [d for d in drafts if d.text.strip() and d.kind in ("rolling", "episode")]
         turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
         made: list[Summary] = []
@@ -709,7 +710,7 @@ class Session:
                     continue   # turns this session does not hold: nothing to cover
                 version = versions.get(d.key) or self.summaries.next_version(d.key)
                 versions[d.key] = version + 1
-                ts = turn_pages[last][1]
+                ts = d.ts if d.ts is not None else turn_pages[last][1]
                 made.append(Summary(len(self.summaries) + len(made) + 1, d.kind, " ".join(d.key.split()), version,
                                     " ".join(d.text.split()), (min(turn_pages[first][0]), max(turn_pages[last][0])),
                                     (first, last), ts, date_label(ts), source))

@@ -37,12 +37,13 @@ KINDS = (ROLLING, EPISODE)
 @dataclass(frozen=True)
 class Draft:
     """What a producer says: a summary of the turns first..last (inclusive), under a key; the same
-    key again makes a new version."""
+    key again makes a new version; ts: when its last turn was said, if the producer knows."""
 
     kind: str
     key: str
     text: str
     turns: tuple[int, int]
+    ts: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,13 @@ class Recorded:
     def __call__(self, session, pages: list[int]) -> list[Draft]:
         held = _held_turns(session, pages)
         out = []
+        when: dict[int, float] | None = None
         for i, (key, text, refs) in enumerate(self.episodes):
             turns = [self.numbers[r] for r in refs if r in self.numbers]
             if i not in self.given and turns and max(turns) in held:
                 self.given.add(i)
-                out.append(Draft(EPISODE, key, text, (min(turns), max(turns))))
+                when = when if when is not None else {t.turn: t.ts for t in _turns(session)}
+                out.append(Draft(EPISODE, key, text, (min(turns), max(turns)), when.get(max(turns))))
         return out
 
 
@@ -209,15 +212,16 @@ class Extractive:
     Episodes end where the date changes, where `gap_s` of silence passes, or at a topic shift
     (no word shared between the `window` turns before and after, in an episode of at least
     `min_turns`). A closed episode's summary is its `per_episode` most central sentences
-    (cosine to the episode's mean embedding), verbatim, in conversation order. The rolling
+    (cosine to the episode's mean embedding; sentences of `min_words` search terms or more when
+    there are enough), verbatim, in conversation order. The rolling
     summary is the previous version's sentences plus the new turns' central ones, the
     `rolling_sentences` most central of them kept, in order."""
 
     source = "extractive"
 
     def __init__(self, gap_s: float = 6 * 3600, window: int = 4, min_turns: int = 12, per_episode: int = 3,
-                 rolling_sentences: int = 6) -> None:
-        self.gap_s, self.window, self.min_turns = gap_s, window, min_turns
+                 rolling_sentences: int = 6, min_words: int = 5) -> None:
+        self.gap_s, self.window, self.min_turns, self.min_words = gap_s, window, min_turns, min_words
         self.per_episode, self.rolling_sentences = per_episode, rolling_sentences
 
     def episodes(self, turns: list) -> list[list]:
@@ -242,12 +246,16 @@ class Extractive:
         return bool(before and after) and not before & after
 
     def central(self, session, lines: list[str], k: int) -> list[str]:
-        """The k lines nearest the mean of all, in their order."""
+        """The k lines nearest the mean of all, in their order; lines of a few words ("Yes, Ana!")
+        only when there are not k longer ones."""
         if len(lines) <= k:
             return list(lines)
         vectors = session.home.embedder.embed(lines).astype(np.float32)
         centre = vectors.mean(axis=0)
         scores = vectors @ centre
+        short = np.array([len(terms(line)) < self.min_words for line in lines])
+        if (~short).sum() >= k:
+            scores = np.where(short, -np.inf, scores)
         best = sorted(np.argsort(-scores, kind="stable")[:k])
         return [lines[i] for i in best]
 
@@ -267,7 +275,7 @@ class Extractive:
             lines = [line for t in episode for line in sentences(t.speaker, t.text)]
             picked = self.central(session, lines, self.per_episode)
             if picked:
-                out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn)))
+                out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn), episode[-1].ts))
         rolling = session.summaries.rolling
         since = rolling.turns[1] if rolling else 0
         new = [t for t in turns if t.turn > since]
@@ -277,7 +285,7 @@ class Extractive:
                                  self.rolling_sentences)
             kept = self.central(session, old + fresh, self.rolling_sentences)
             if kept:
-                out.append(Draft(ROLLING, ROLLING, SEP.join(kept), (turns[0].turn, new[-1].turn)))
+                out.append(Draft(ROLLING, ROLLING, SEP.join(kept), (turns[0].turn, new[-1].turn), new[-1].ts))
         return out
 
 
