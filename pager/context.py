@@ -267,7 +267,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     summary_tokens = costs[1 if state else 0] if summaries else 0
     fact_tokens = sum(costs[bool(state) + bool(summaries) : fixed])
     ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens, "facts": fact_tokens,
-                  "summaries": summary_tokens,
+                  **({"summaries": summary_tokens} if summaries else {}),   # traces before summaries lack the key
                   "pages": memory - map_tokens - state_tokens - fact_tokens - summary_tokens, "memory": memory,
                   "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
                   "total": used}

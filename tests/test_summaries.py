@@ -132,7 +132,7 @@ def test_summaries_are_searched_shown_in_their_region_and_the_rolling_one_in_the
     assert ctx.summaries and "[summaries" in ctx.memory
     shown = s.summaries.items[ctx.summaries[0] - 1]
     assert "tomatoes" in shown.text or "basil" in shown.text
-    assert ctx.tokens["summaries"] == s.tokenizer.count(next(b for b in ctx.memory.split("\n\n")
+    assert ctx.tokens.get("summaries", 0) == s.tokenizer.count(next(b for b in ctx.memory.split("\n\n")
                                                              if b.startswith("[summaries")) + "\n\n")
     assert "so far (s" in render_map(s, 384, [])                     # the rolling summary, in a roomy map
     assert "so far" not in render_map(s, 60, [])                      # and not in a small one
@@ -230,7 +230,7 @@ def test_regions_hold_the_budget_with_summaries_of_any_size(tmp_path_factory, te
     blocks = ctx.memory.split("\n\n")
     summary_blocks = [b for b in blocks if b.startswith("[summaries")]
     assert len(summary_blocks) == (1 if ctx.summaries else 0)
-    summary_frames = -(-ctx.tokens["summaries"] // page_tokens)
+    summary_frames = -(-ctx.tokens.get("summaries", 0) // page_tokens)
     assert share or not ctx.summaries                            # no share, no region
     slabs = [b for b in blocks if b.startswith("[facts]")]
     assert len(ctx.pages) + len(slabs) + summary_frames <= max(1, (config.budget - config.map_reserve) // page_tokens)

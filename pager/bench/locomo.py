@@ -222,7 +222,7 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                 outcome.coverage = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in told  # noqa: B023
                                          else spans.get(t, []))[0]  # noqa: B023
                 outcome.fact_tokens = ctx.tokens["facts"]
-                outcome.summary_tokens = ctx.tokens["summaries"]
+                outcome.summary_tokens = ctx.tokens.get("summaries", 0)
             tallies["pager"].outcomes.append(outcome)
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
