@@ -248,3 +248,47 @@ def test_the_journal_refuses_malformed_summaries():
     assert journal.valid({**good, "version": 0})
     assert journal.valid({**good, "pages": [1]})
     assert journal.valid({**good, "text": " "})
+
+
+def test_the_tiers_are_visible_in_search_inspect_the_repl_and_the_tools(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+    from pager.facts import Draft as FactDraft
+    from pager.tools import Toolkit
+
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=64, embedder="hash", session="days")
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open()
+        s.append_many(messages())
+        s.add_facts([FactDraft("trip", "Ana's trip to Lisbon lasts ten days.", (3,)),
+                     FactDraft("trip", "Ana's trip to Lisbon was cut to a week.", (12,))], "script")
+        s.set_state("next trip", "Lisbon")
+    env = {"PAGER_EMBEDDER": "hash"}
+    runner = CliRunner()
+    made = runner.invoke(app, ["--home", str(config.home), "summarize", "-s", "days"], env=env)
+    assert made.exit_code == 0 and "3 new summaries" in made.output, made.output
+    found = json.loads(runner.invoke(app, ["--home", str(config.home), "search", "Lisbon trip", "-s", "days", "--json"],
+                                     env=env).output)
+    assert {r["kind"] for r in found["results"]} == {"page"}
+    kinds = {r["kind"] for r in found["tiers"]}
+    assert kinds == {"fact", "summary", "state"}, found["tiers"]
+    old = next(r for r in found["tiers"] if r["kind"] == "fact" and "ten days" in r["text"])
+    assert old["superseded"] and old["superseded_by"] == "f2" and old["valid_to"] and old["date"]
+    table = runner.invoke(app, ["--home", str(config.home), "search", "Lisbon trip", "-s", "days"],
+                          env={**env, "COLUMNS": "250"}).output
+    assert "superseded by f2" in " ".join(table.split()) and "summary" in table
+    inspected = json.loads(runner.invoke(app, ["--home", str(config.home), "inspect", "-s", "days", "--json"],
+                                         env=env).output)
+    assert {"state", "facts", "summaries"} <= set(inspected) and len(inspected["summaries"]) == 3
+    chat = runner.invoke(app, ["--home", str(config.home), "chat", "-s", "days", "--budget", "2048"],
+                         input="/facts\n/facts Lisbon\n/summaries\n/summaries rolling\n/quit\n",
+                         env={**env, "COLUMNS": "250"})   # wide enough that no table cell wraps
+    out = " ".join(chat.output.split())
+    assert chat.exit_code == 0 and "facts: 2, 1 superseded" in out and "superseded by f2" in out
+    assert "summaries: 3 current" in out and "summary 'rolling': every version" in out
+    with Toolkit(config=config, trace=False) as kit:
+        assert "superseded by f2" in kit.facts("Lisbon") and kit.facts().startswith("2 fact(s), newest first")
+        listed = kit.summaries()
+        assert listed.startswith("rolling summary, version 1") and "the last 2 episode(s)" in listed
+        assert "tomatoes" in kit.summaries("tomatoes garden") or "basil" in kit.summaries("tomatoes garden")
