@@ -84,8 +84,10 @@ def summary_event(s: Summary) -> dict:
 
 def summary_from(r: dict) -> Summary:
     """From a journal op, a store row or a trace event."""
-    return Summary(int(r["n"]), r.get("kind") if r.get("kind") in KINDS else r["type"], r["key"], int(r["version"]), r["text"], tuple(r["pages"]),  # type: ignore[arg-type]
-                   tuple(r["turns"]), float(r["ts"]), r["date"], r["source"])  # type: ignore[arg-type]
+    kind = r["kind"] if r.get("kind") in KINDS else r["type"]
+    pages, turns = r["pages"], r["turns"]
+    return Summary(int(r["n"]), kind, r["key"], int(r["version"]), r["text"], (int(pages[0]), int(pages[1])),
+                   (int(turns[0]), int(turns[1])), float(r["ts"]), r["date"], r["source"])
 
 
 class Summaries:
