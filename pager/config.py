@@ -32,6 +32,7 @@ ENV = {
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
     "PAGER_LEASE_S": "lease_s",
     "PAGER_LEASE_WAIT_S": "lease_wait_s",
+    "PAGER_LEASE_IDLE_S": "lease_idle_s",
 }
 
 # The usual AWS variables → LanceDB storage option, read here so no other module reads the
@@ -87,6 +88,7 @@ class Config:
     aws: tuple = field(default=(), repr=False)  # (storage option, value) pairs from AWS_*; kept out of repr
     lease_s: float = 30.0        # a session's write lease lapses this long after its holder was last seen
     lease_wait_s: float = 0.0    # how long a writer waits for another host's lease; 0 refuses at once
+    lease_idle_s: float = 60.0   # a lease not used to write for this long is given up (after a flush); 0: kept until close
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -108,8 +110,9 @@ class Config:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:
             raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
-        if self.lease_s <= 0 or self.lease_wait_s < 0:
-            raise ConfigError(f"lease_s {self.lease_s} must be above 0 and lease_wait_s {self.lease_wait_s} 0 or more")
+        if self.lease_s <= 0 or self.lease_wait_s < 0 or self.lease_idle_s < 0:
+            raise ConfigError(f"lease_s {self.lease_s} must be above 0, lease_wait_s {self.lease_wait_s} and "
+                              f"lease_idle_s {self.lease_idle_s} 0 or more")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
 
