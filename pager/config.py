@@ -30,6 +30,7 @@ ENV = {
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
+    "PAGER_DYNAMODB_ENDPOINT": "dynamodb_endpoint",
     "PAGER_LEASE_S": "lease_s",
     "PAGER_LEASE_WAIT_S": "lease_wait_s",
     "PAGER_LEASE_IDLE_S": "lease_idle_s",
@@ -85,6 +86,7 @@ class Config:
     s3_endpoint: str = ""        # S3-compatible endpoint URL (MinIO, R2, a local server); empty: AWS
     s3_region: str = ""          # S3 region; most S3-compatible servers want one (us-east-1)
     s3_allow_http: str = ""      # "true" lets the store talk plain http (a local S3 server)
+    dynamodb_endpoint: str = ""  # DynamoDB's URL for an s3+ddb:// store not on AWS (a local server); empty: AWS
     aws: tuple = field(default=(), repr=False)  # (storage option, value) pairs from AWS_*; kept out of repr
     lease_s: float = 30.0        # a session's write lease lapses this long after its holder was last seen
     lease_wait_s: float = 0.0    # how long a writer waits for another host's lease; 0 refuses at once
@@ -122,12 +124,15 @@ class Config:
 
     @property
     def storage_options(self) -> dict[str, str]:
-        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings."""
+        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings
+        (and PAGER_DYNAMODB_ENDPOINT for s3+ddb://, whose commits go through a DynamoDB table)."""
         options = dict(self.aws)
         for key, value in (("endpoint", self.s3_endpoint), ("region", self.s3_region),
                            ("allow_http", self.s3_allow_http)):
             if value:
                 options[key] = value
+        if self.dynamodb_endpoint and self.db_uri.startswith("s3+ddb://"):
+            options["dynamodb_endpoint"] = self.dynamodb_endpoint  # LanceDB's DynamoDB commit store
         if options.get("endpoint", "").startswith("http://") and "allow_http" not in options:
             options["allow_http"] = "true"  # an http:// endpoint says so already
         return options

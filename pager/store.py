@@ -204,8 +204,7 @@ class LanceStore:
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
         self._tables: dict = {}
         try:
             self._open_or_create()
@@ -213,8 +212,7 @@ class LanceStore:
             raise
         except (OSError, RuntimeError, ValueError) as exc:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -609,6 +607,14 @@ class LanceStore:
         names = ", ".join(repr(s) for _, s in keys)
         raise StoreError(f"could not update the lease of session {names} ({last or 'too many writers at once'}); "
                          "try again")
+
+
+def _settings_hint(uri: str) -> str:
+    hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
+    if uri.startswith("s3+ddb://"):
+        hint += (", and for s3+ddb:// PAGER_DYNAMODB_ENDPOINT and the DynamoDB table named by ddbTableName, made with "
+                 "hash key base_uri (string) and range key version (number)")
+    return hint
 
 
 def _first_line(exc: Exception) -> str:

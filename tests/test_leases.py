@@ -16,13 +16,14 @@ from pager.errors import LeaseHeld
 from pager.home import Home
 
 
-@pytest.fixture(params=["disk", "s3"])
+@pytest.fixture(params=["disk", "s3", "s3ddb"])
 def shared(request, tmp_path):
-    """(config for a home named by its argument, environment for a child process) sharing one store."""
+    """(config for a home named by its argument, environment for a child process) sharing one store:
+    a folder, a bucket, or a bucket whose commits go through DynamoDB (s3+ddb://)."""
     if request.param == "disk":
         env, uri = {}, str(tmp_path / "store")
     else:
-        env, uri = request.getfixturevalue("s3")
+        env, uri = request.getfixturevalue(request.param)
 
     def config(name: str, **kw) -> Config:
         return Config.load(env={**env, "PAGER_EMBEDDER": "hash"}, home=tmp_path / name, db=uri, budget=2048, **kw)
