@@ -19,19 +19,30 @@ from .errors import ConfigError
 
 class Embedder(Protocol):
     name: str
-    dim: int
+    dim: int   # an embedder may also say `matryoshka = True`: its vectors are the leading dims of its bigger ones
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class WordLlamaEmbedder:
-    name = "wordllama"
-    dim = 256
+    """wordllama's 256-dim model cut to its first `dim` dimensions. The model is Matryoshka-trained
+    (its leading dimensions carry a smaller model), and an embedding is the mean of token vectors, so
+    the first 128 dims of a 256-dim embedding, renormalised, are exactly the 128-dim embedding: a store
+    of 256-dim vectors is brought to 128 by cutting them (store.m006_vector_dims), no re-embedding.
+    128 dims: LoCoMo recall within noise of 256 at half the index memory and dot-product cost
+    (BENCHMARKS.md, "The 128-dim vector switch")."""
 
-    def __init__(self) -> None:
+    name = "wordllama"
+    dim = 128
+    FULL_DIM = 256       # the weights shipped in the package
+    matryoshka = True    # a vector of more dims from this model, cut to `dim` and renormalised, is its own
+
+    def __init__(self, dim: int | None = None) -> None:
         import logging
         import os
 
+        if dim is not None:
+            self.dim = dim
         # wordllama calls logging.basicConfig(level=INFO) on import; undo that so the host's logging stays as it was
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
@@ -44,7 +55,8 @@ class WordLlamaEmbedder:
                 root.removeHandler(handler)
 
         folder = os.path.dirname(wordllama.__file__)
-        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.dim)
+        cut = self.dim if self.dim != self.FULL_DIM else None
+        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.FULL_DIM, trunc_dim=cut)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -160,7 +160,8 @@ class Home:
                 self._store = MemoryStore(self.embedder.dim)  # nothing was ever stored here
             else:
                 self._store = LanceStore(uri, self.embedder.dim, read_only=self.read_only, notify=self.warn,
-                                         storage_options=self.config.storage_options)
+                                         storage_options=self.config.storage_options,
+                                         matryoshka=getattr(self.embedder, "matryoshka", False))
                 if self._store.pending_migrations:
                     self.warn(f"the store at {uri} lacks migration(s) {', '.join(self._store.pending_migrations)}; "
                               "run `pager migrate` (a command that only looks does not migrate)")
@@ -207,7 +208,8 @@ class Home:
             return None
         from .search import Index
 
-        return index if isinstance(index, Index) else None
+        # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
+        return index if isinstance(index, Index) and index.dim == self.embedder.dim else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""

@@ -31,8 +31,8 @@ from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
 
-SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
-                    # 4: tables of working-state changes and facts
+SCHEMA_VERSION = 6  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts; 6: vectors of the embedder's size (wordllama 128)
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -157,18 +157,22 @@ def _turn_row(t: Turn) -> dict:
     return t.to_dict()
 
 
-def _page_row(p: Page, pieces: np.ndarray) -> dict:
+def _page_vectors(pieces: np.ndarray) -> dict:
+    """A page's stored vectors: its pieces (float16) and their normalised mean (the page's vector)."""
     pieces = np.asarray(pieces, dtype=np.float32)
     mean = pieces.mean(axis=0)
     mean /= np.linalg.norm(mean) or 1.0
+    return {"vector": mean.tolist(), "pieces": pieces.astype(np.float16).tobytes()}
+
+
+def _page_row(p: Page, pieces: np.ndarray) -> dict:
     return {
         "user": p.user, "session": p.session, "n": p.n, "text": p.text, "tokens": p.tokens,
         "first_turn": p.first_turn, "last_turn": p.last_turn,
         "spans": json.dumps([[*span, *line] for span, line in zip(p.spans, p.lines)]),
         "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
         "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
-        "importance": float(p.importance), "vector": mean.tolist(),
-        "pieces": pieces.astype(np.float16).tobytes(),
+        "importance": float(p.importance), **_page_vectors(pieces),
     }
 
 
@@ -188,11 +192,12 @@ class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
-                 notify=None, storage_options: dict[str, str] | None = None) -> None:
+                 notify=None, storage_options: dict[str, str] | None = None, matryoshka: bool = False) -> None:
         import lancedb
 
         self.uri = uri
         self.dim = dim
+        self.matryoshka = matryoshka  # the embedder's vectors are the leading dims of its bigger ones (m006)
         self.read_only = read_only
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
@@ -276,10 +281,16 @@ class LanceStore:
         if version > SCHEMA_VERSION:
             raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
-        if int(meta.get("dim", self.dim)) != self.dim:
-            raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
-                             f"{self.dim}; set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
+        stored = int(meta.get("dim") or self.stored_dim())
+        if stored != self.dim:
+            cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
+            if not cut:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+            if self.read_only:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "run `pager migrate` to cut them (or any command that writes)")
         if self.read_only:
             self.pending_migrations = [m.__name__ for m in missing]
             return
@@ -288,7 +299,13 @@ class LanceStore:
             self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
         if missing or "schema" not in meta:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": meta.get("dim", str(self.dim))})
+            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+
+    def stored_dim(self) -> int:
+        """The size of the page vectors the store holds (its `pages` table's vector column)."""
+        if "pages" not in self._tables:
+            return self.dim
+        return self._tables["pages"].schema.field("vector").type.list_size
 
     def _set_meta(self, values: dict[str, str]) -> None:
         import pyarrow as pa
@@ -657,6 +674,38 @@ def m004_memory_tiers(store: LanceStore) -> None:
     for name in ("state_changes", "facts"):
         if name not in store._tables:
             store._create(name, store._schemas()[name])
+
+
+@migration
+def m006_vector_dims(store: LanceStore) -> None:
+    """page vectors cut to the embedder's size (wordllama: 256 → 128 dims, exact: no re-embedding)"""
+    import pyarrow as pa
+
+    table = store._tables["pages"]
+    table.checkout_latest()
+    stored = store.stored_dim()
+    if stored == store.dim:
+        return  # a store made at this size, or another process cut it first
+    if not store.matryoshka or stored < store.dim:
+        raise StoreError(f"the store at {store.uri} holds {stored}-dim vectors, the embedder makes {store.dim}; "
+                         "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+    schema = store._schemas()["pages"]
+    batches = []
+    for batch in table.search().limit(None).to_batches(4096):
+        rows = batch.to_pylist()
+        for row in rows:
+            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
+            row.update(_page_vectors(_cut(pieces, store.dim)))
+        batches.append(pa.Table.from_pylist(rows, schema=schema))
+    data = pa.concat_tables(batches) if batches else schema.empty_table()
+    # one overwrite: a reader sees the old version or the new one, never a mix
+    store._tables["pages"] = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+
+
+def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """Matryoshka truncation: the leading dims, renormalised (what the embedder makes at that size)."""
+    head = np.ascontiguousarray(vectors[:, :dim], dtype=np.float32)
+    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
 
 
 def fact_from(r: dict) -> Fact:
