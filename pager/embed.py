@@ -117,17 +117,34 @@ class LiteLLMEmbedder:
         return vectors / np.where(norms == 0, 1, norms)
 
 
+WORDLLAMA_DIMS = ("64", "128", "256")  # the Matryoshka sizes of the 256-dim weights shipped with the package
+
+
+def trace_embedder(name: str, dim: int | None) -> str:
+    """The embedder to replay a trace with: the one it was recorded with, at the size it had (a trace
+    written before traces carried `embedder_dim` was recorded with wordllama at 256 dims)."""
+    if name == "wordllama" and (dim or 256) != WordLlamaEmbedder.dim:
+        return f"wordllama:{dim or 256}"
+    return name
+
+
 OTHERWISE = ("use wordllama (offline, the default), hash, or a litellm embedding model such as "
              "text-embedding-3-small with its key set")
 _CACHE: dict[str, Embedder] = {}
 
 
 def make_embedder(name: str) -> Embedder:
-    """The embedder called `name`, loaded once per process."""
+    """The embedder called `name`, loaded once per process. `wordllama:256` (or :64) is wordllama at
+    another size: what an earlier release stored (256), or what a trace recorded with it replays with."""
     if name not in _CACHE:
-        if name == "wordllama":
+        if name == "wordllama" or name.startswith("wordllama:"):
+            dim = name.partition(":")[2]
+            if dim and dim not in WORDLLAMA_DIMS:
+                raise ConfigError(f"PAGER_EMBEDDER={name!r}: wordllama comes in {', '.join(WORDLLAMA_DIMS)} dims; "
+                                  "use wordllama (128) or wordllama:256")
             try:
-                _CACHE[name] = WordLlamaEmbedder()
+                _CACHE[name] = WordLlamaEmbedder(int(dim) if dim else None)
+                _CACHE[name].name = name
             except ImportError as exc:
                 raise ConfigError(f"wordllama is not installed ({exc}); reinstall pager or set PAGER_EMBEDDER=hash") from None
         elif name == "hash":
