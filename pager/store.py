@@ -678,7 +678,7 @@ def m004_memory_tiers(store: LanceStore) -> None:
 
 @migration
 def m006_vector_dims(store: LanceStore) -> None:
-    """page vectors cut to the embedder's size (wordllama: 256 → 128 dims, exact: no re-embedding)"""
+    """page vectors at the embedder's size (a store of 256-dim wordllama vectors is cut to 128, exactly)"""
     import pyarrow as pa
 
     table = store._tables["pages"]
