@@ -101,3 +101,21 @@ def test_a_store_of_256_dim_wordllama_vectors_is_cut_to_128_and_answers_as_a_fre
     with Home(before, embedder=new) as again:
         again.open("maya")
         assert not again.warnings  # cut once
+
+
+def test_wordllama_comes_at_its_matryoshka_sizes_and_names_them_when_asked_for_another():
+    import numpy as np
+    import pytest
+
+    from pager.embed import make_embedder, trace_embedder
+    from pager.errors import ConfigError
+
+    full, cut = make_embedder("wordllama:256"), make_embedder("wordllama")
+    assert (full.dim, cut.dim) == (256, 128)
+    a, b = full.embed(["the spare key is under the blue flowerpot"]), cut.embed(["the spare key is under the blue flowerpot"])
+    head = a[:, :128] / np.linalg.norm(a[:, :128], axis=1, keepdims=True)
+    assert float(np.abs(head - b).max()) < 1e-6  # the leading dims, renormalised, are the smaller model
+    with pytest.raises(ConfigError, match="64, 128, 256"):
+        make_embedder("wordllama:300")
+    assert trace_embedder("wordllama", None) == "wordllama:256"   # recorded before traces carried the size
+    assert trace_embedder("wordllama", 128) == "wordllama" and trace_embedder("hash", 256) == "hash"
