@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
+from .embed import trace_embedder
 from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
@@ -142,7 +143,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
     extra = start.get("config", {})
     return Config(home=home, session=start.get("session", "replay"), user=start.get("user", ""),
                   budget=start["budget"], page_tokens=start["page_tokens"], policy=policy or start["policy"],
-                  tokenizer=start.get("tokenizer", ""), embedder=start.get("embedder", "wordllama"),
+                  tokenizer=start.get("tokenizer", ""), embedder=trace_embedder(start.get("embedder", "wordllama"), start.get("embedder_dim")),
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
                   output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
