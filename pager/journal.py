@@ -73,8 +73,8 @@ def valid(op) -> str:
         return "a turn needs a number of 1 or more, some text and a string key"
     if op["op"] == "state" and (op["seq"] < 1 or not op["key"] or op["unset"] == bool(op["value"])):
         return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
-    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip()):
-        return "a fact needs a number of 1 or more and some text"
+    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip() or not isinstance(op.get("ends", False), bool)):
+        return "a fact needs a number of 1 or more and some text (and `ends` true or false)"
     return ""
 
 

@@ -31,8 +31,8 @@ from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
 
-SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
-                    # 4: tables of working-state changes and facts
+SCHEMA_VERSION = 7  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts; 7: facts gain `ends` (5 and 6 are reserved)
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -235,7 +235,8 @@ class LanceStore:
             "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
-                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
+                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s),
+                                ("ends", pa.bool_())]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -653,6 +654,19 @@ def m004_memory_tiers(store: LanceStore) -> None:
             store._create(name, store._schemas()[name])
 
 
+@migration
+def m007_fact_ends(store: LanceStore) -> None:
+    """facts gain `ends`: a record that ends the fact before it on its subject, with no new value"""
+    table = store._tables["facts"]
+    if "ends" not in table.schema.names:
+        try:
+            table.add_columns({"ends": "CAST(false AS BOOLEAN)"})
+        except (OSError, RuntimeError, ValueError):
+            table.checkout_latest()
+            if "ends" not in table.schema.names:  # not another process's migration: a real failure
+                raise
+
+
 def fact_from(r: dict) -> Fact:
     return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
-                r["date"], r["source"])
+                r["date"], r["source"], bool(r.get("ends") or False))
