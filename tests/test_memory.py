@@ -45,6 +45,7 @@ SAID = {1: ("home city", "Maya lives in Paris.", "Paris"),
         45: ("project deadline", "The project deadline moved to 21 March.", "21 March"),
         46: ("medication dose", "Maya's medication dose is now 20 mg.", "20 mg"),
         67: ("medication dose", "Maya stopped taking the medication.", None)}
+BY_TEXT = {TALK[i - 1]: said for i, said in SAID.items()}   # what the model recognises in a page's line
 
 
 class Keeper:
@@ -62,10 +63,11 @@ class Keeper:
             raise self.fail
         shown = {subject: fid for fid, subject in re.findall(r"^- (f\d+) \[([^\]]+)\]", prompt, re.M)}
         facts, state = [], []
-        for turn in sorted({int(t) for t in re.findall(r"^\(t(\d+)\) ", prompt, re.M)}):
-            if turn not in SAID:
+        for turn, line in re.findall(r"^\(t(\d+)\) [^:]+: (.*)$", prompt, re.M):
+            turn = int(turn)
+            if line not in BY_TEXT:
                 continue
-            subject, text, value = SAID[turn]
+            subject, text, value = BY_TEXT[line]
             if value is None:
                 facts.append({"op": "INVALIDATE", "id": shown[subject], "text": text, "turns": [turn]})
                 state.append({"op": "unset", "key": subject})
@@ -274,3 +276,31 @@ def test_the_timeline_shows_the_tiers_as_lanes(tmp_path):
     first.start, first.marks = 0, {}
     timeline._tier_marks(made, events, None)
     assert 'data-lane="summaries"' in timeline.render(made) and made.tiers["summaries"] == 1
+
+
+def test_chat_and_ingest_take_the_memory_model_flag(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+    from pager.llm import register
+
+    runner = CliRunner()
+    assert "--memory-model" in runner.invoke(app, ["chat", "--help"]).output
+    register("keeper-cli", Keeper())        # served through litellm's route, as a provider's model would be
+    env = {"PAGER_EMBEDDER": "hash"}
+    home = str(tmp_path / "h")
+    said = "".join(t + "\n" for t in TALK[:50])
+    result = runner.invoke(app, ["--home", home, "chat", "-s", "x", "--budget", "2048", "--memory-model",
+                                 "pager/keeper-cli"], input=said + "/state\n/quit\n", env=env)
+    assert result.exit_code == 0, result.output
+    assert "memory model: add home city: Maya lives in Paris." in result.output
+    assert "memory model: update f1: Maya moved to Berlin" in result.output
+    conv = tmp_path / "conv.jsonl"
+    conv.write_text("".join(json.dumps({"speaker": "Maya", "text": t}) + "\n" for t in TALK))
+    result = runner.invoke(app, ["--home", home, "ingest", str(conv), "-s", "moves", "--memory-model",
+                                 "pager/keeper-cli"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "facts written, " in result.output
+    looked = json.loads(runner.invoke(app, ["--home", home, "inspect", "-s", "moves", "--json"], env=env).output)
+    assert [f["text"] for f in looked["facts"] if f["subject"] == "home city"][-1].startswith("Maya moved to Berlin")
+    assert looked["state"]["home city"]["value"] == "Berlin" and "medication dose" not in looked["state"]
