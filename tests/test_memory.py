@@ -304,3 +304,16 @@ def test_chat_and_ingest_take_the_memory_model_flag(tmp_path):
     looked = json.loads(runner.invoke(app, ["--home", home, "inspect", "-s", "moves", "--json"], env=env).output)
     assert [f["text"] for f in looked["facts"] if f["subject"] == "home city"][-1].startswith("Maya moved to Berlin")
     assert looked["state"]["home city"]["value"] == "Berlin" and "medication dose" not in looked["state"]
+
+
+def test_the_demos_recorded_facts_are_what_its_script_writes_for_its_conversation():
+    from pager.data.demo_script import build, memory
+    from pager.demo import conversation_path, recorded_memory
+
+    rows = build()
+    shipped = [json.loads(line) for line in conversation_path().with_name("demo_memory.jsonl").read_text().splitlines()]
+    assert shipped == memory(rows)
+    for fact in shipped:       # each names the turn that says it
+        said = rows[fact["turns"][0] - 1]["text"]
+        assert set(re.findall(r"\d+(?:[,:]\d+)*", fact["text"])) <= set(re.findall(r"\d+(?:[,:]\d+)*", said)), (fact, said)
+    assert len(recorded_memory().facts) == len(shipped)
