@@ -71,7 +71,8 @@ class StepPrinter:
             more = f" (+{len(d['marks']) - 4})" if len(d["marks"]) > 4 else ""
             self.console.print(f"  [blue]bookmark model:[/] {escape(named)}{more}", highlight=False)
         elif kind == "facts_written" and d["facts"] and d["source"] == "model":
-            said = "; ".join(f"{f.get('op', 'add')} {f['subject']}: {f['text']}" for f in d["facts"][:3])
+            said = "; ".join(f"{f.get('op', 'add')} {'f' + str(f['target']) if f.get('target') else f['subject']}: "
+                             f"{f['text']}" for f in d["facts"][:3])
             more = f" (+{len(d['facts']) - 3})" if len(d["facts"]) > 3 else ""
             self.console.print(f"  [blue]memory model:[/] {escape(said)}{more}", highlight=False)
         elif kind == "state" and d["source"] == "memory":

@@ -178,7 +178,8 @@ def _fact(item, turns: dict[int, str], known: dict[int, str], rejected: list[str
             rejected.append(f"{where}: names no turn of these pages")
             return None
         held = (best,)
-    return Draft(subject[:MAX_SUBJECT_CHARS] or f"f{target}", text or "no longer true", held, None, op, target)
+    # an update or invalidate takes the subject of the fact it is about (Session.add_facts)
+    return Draft(subject[:MAX_SUBJECT_CHARS], text or "no longer true", held, None, op, target)
 
 
 def _state(raw, rejected: list[str]) -> list[tuple[str, str | None]]:
