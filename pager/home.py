@@ -149,7 +149,7 @@ class Home:
             if self.config.memory_model:
                 from .memory import MemoryWriter
 
-                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=3, timeout=60.0)
+                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0)
                 # a missing key is one line naming the variable, before anything is accepted
                 model.check("drop --memory-model (PAGER_MEMORY_MODEL) for offline memory only")
                 self._writer = MemoryWriter(model, self.config.bookmark_batch)
