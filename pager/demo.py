@@ -172,8 +172,8 @@ def _tiers(session, console: Console) -> dict:
     else:
         console.print(f"     [red]✗[/] neither {fact.id} nor its page is in the prompt")
     answer = fact if fact.n in context.facts or holder is not None else None
-    summaries = getattr(session, "summaries", None)   # the summaries tier, where this pager has it
-    if summaries:
+    summaries = getattr(session, "summaries", None)   # the summaries tier, where this pager has it: its row here
+    if summaries is not None and hasattr(summaries, "__len__") and len(summaries):
         console.print(f"  [bold]summaries[/]  {len(summaries)} kept")
     console.print()
     return {"facts": len(facts), "superseded": len(old), "state": session.state.values(), "before": answer is not None}
