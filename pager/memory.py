@@ -121,7 +121,10 @@ def parse(text: str, pages: list[Page], known: dict[int, str]) -> Answer:
     if data is None:
         answer.rejected.append("the answer holds no JSON object: " + (" ".join((text or "").split())[:80] or "(empty)"))
         return answer
-    answer.marks = marks_from(data.get("bookmarks", {}), {p.id: p.n for p in pages}, answer.rejected)
+    marks = data.get("bookmarks", {})
+    if not isinstance(marks, dict):
+        answer.rejected.append(f"bookmarks: a {type(marks).__name__}, not an object keyed by page id")
+    answer.marks = marks_from(marks, {p.id: p.n for p in pages}, answer.rejected)
     turns = {turn: p.piece_text(i).split(": ", 1)[-1] for p in pages for i, (turn, _, _) in enumerate(p.spans)}
     facts = data.get("facts", [])
     if not isinstance(facts, list):

@@ -192,6 +192,7 @@ def test_garbage_keeps_what_is_valid_and_says_what_is_not():
         empty = parse(nothing, [PAGE], {})
         assert empty.facts == [] and empty.marks == [] and len(empty.rejected) == 1
     assert decode('{"facts": "all"}') == {"facts": "all"} and parse('{"facts": "all"}', [PAGE], {}).rejected
+    assert parse('{"bookmarks": ["p3"]}', [PAGE], {}).rejected == ["bookmarks: a list, not an object keyed by page id"]
 
 
 def test_rejected_items_are_an_event_and_the_valid_rest_is_kept(tmp_path):
