@@ -318,3 +318,22 @@ def test_the_demos_recorded_facts_are_what_its_script_writes_for_its_conversatio
         said = rows[fact["turns"][0] - 1]["text"]
         assert set(re.findall(r"\d+(?:[,:]\d+)*", fact["text"])) <= set(re.findall(r"\d+(?:[,:]\d+)*", said)), (fact, said)
     assert len(recorded_memory().facts) == len(shipped)
+
+
+def test_a_provider_that_times_out_is_a_memory_error_in_the_chat(tmp_path):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+    from pager.llm import litellm, register
+
+    def slow(messages, tools):
+        raise litellm().Timeout("the provider took too long", model="pager/slow", llm_provider="pager")
+
+    register("slow", slow)
+    said = "".join(t + "\n" for t in TALK[:30]) + "What is my home city?\n/quit\n"
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "x", "--budget", "2048",
+                                      "--memory-model", "pager/slow"], input=said, env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "memory_error: pager/slow: still failing after 2 tries" in out
+    assert "pager> From the state: “home city: Paris" in out      # the turn after it is answered all the same
