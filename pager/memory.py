@@ -21,7 +21,7 @@ import numpy as np
 from pager.prompts import render
 
 from .errors import InputError
-from .facts import Draft, Facts
+from .facts import Draft, Fact, Facts
 from .model import Model
 from .page import Page
 from .search import terms
@@ -74,12 +74,12 @@ def listing(pages: list[Page]) -> str:
     return "\n\n".join(out)
 
 
-def similar_facts(session, pages: list[Page], k: int) -> list:
+def similar_facts(session, pages: list[Page], k: int) -> list[Fact]:
     """The current facts nearest to any of the pages, best first, at most k."""
     if not len(session.facts):
         return []
     vectors = session.home.embedder.embed([p.text for p in pages]).astype(np.float16).astype(np.float32)
-    ranked: dict[int, tuple[int, object]] = {}
+    ranked: dict[int, tuple[int, Fact]] = {}
     for page, vector in zip(pages, vectors):
         for rank, fact in enumerate(session.facts.similar(page.text, vector, k)):
             if fact.n not in ranked or rank < ranked[fact.n][0]:
