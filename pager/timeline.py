@@ -8,8 +8,8 @@ message and the token counts.
 
 Below the frames, one lane per memory tier shows what changed at or after each call: the
 working state (a key set or unset), facts (written; orange when one supersedes another, red
-when one ends another) and summaries (`summary_written` events), each mark with its details on
-hover. Changes made before the first call (an ingest, a memory model's first batches) show in
+when one ends another) and summaries (`summary` events, a new summary or a new version), each
+mark with its details on hover. Changes made before the first call (an ingest, a memory model's first batches) show in
 the first column.
 """
 
@@ -111,7 +111,12 @@ def _mark(e: dict, session) -> tuple[str, str, str] | None:
         if e.get("supersedes"):
             return "facts", "supersedes", f"{text} (supersedes {e['supersedes']})"
         return "facts", "fact", text
-    if kind == "summary_written":
+    if kind in ("summary", "summary_in", "summary_written"):   # the summaries tier's events
+        if "summary" in e or "n" in e:
+            sid = e.get("summary") or f"s{e['n']}"
+            pages = "–".join(str(p) for p in e.get("pages", []))
+            return "summaries", "summary", (f"{sid} {e.get('type', '')} {e.get('key', '')} v{e.get('version', '?')}"
+                                            + (f", {pages}" if pages else "") + (f": {e['text']}" if e.get("text") else ""))[:400]
         detail = {k: v for k, v in e.items() if k not in ("kind", "seq", "ts", "v")}
         return "summaries", "summary", json.dumps(detail, ensure_ascii=False)[:400]
     return None

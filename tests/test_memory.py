@@ -270,13 +270,16 @@ def test_the_timeline_shows_the_tiers_as_lanes(tmp_path):
         assert f'data-kind="{kind}"' in page, kind
     assert "f4 [home city]: Maya moved to Berlin; she lives near the river. (supersedes f1)" in page
     assert "home city = Lyon (change" in page and "7 facts · 3 superseded · 1 ended" in page
-    # summaries (the summaries tier's `summary_written` events) get their own lane
+    # summaries (the summaries tier's `summary` events) get their own lane
     first = made.columns[0]
-    events = [{"kind": "summary_written", "seq": 1, "id": "s1", "pages": ["p1", "p9"], "text": "Maya moved."}]
+    events = [{"kind": "summary", "seq": 1, "summary": "s2", "type": "rolling", "key": "session", "version": 2,
+               "pages": ["p1", "p9"], "turns": [1, 30], "follows": "s1"},
+              {"kind": "summary_written", "seq": 2, "summaries": [{"text": "Maya moved."}]}]
     made.columns = [first]
     first.start, first.marks = 0, {}
     timeline._tier_marks(made, events, None)
-    assert 'data-lane="summaries"' in timeline.render(made) and made.tiers["summaries"] == 1
+    page = timeline.render(made)
+    assert 'data-lane="summaries"' in page and made.tiers["summaries"] == 2 and "s2 rolling session v2, p1–p9" in page
 
 
 def test_chat_and_ingest_take_the_memory_model_flag(tmp_path):
