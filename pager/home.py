@@ -93,7 +93,8 @@ def _read_counts(data: bytes) -> tuple[int, int, bool]:
 class Home:
     def __init__(self, config: Config, store: Store | None = None, embedder: Embedder | None = None,
                  tokenizer: Tokenizer | None = None, clock: Callable[[], float] = time.time,
-                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None) -> None:
+                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None,
+                 writer=None) -> None:
         self.config = config
         self.clock = clock
         self.path = Path(config.home)
@@ -109,7 +110,7 @@ class Home:
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
         self._embedder = embedder
         self._store = store
-        self._writer = None
+        self._writer = writer   # the bookmark or memory writer; built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
@@ -141,15 +142,24 @@ class Home:
 
     @property
     def writer(self):
-        """The model that writes bookmarks of sealed pages, or None (offline extraction only)."""
-        if self._writer is None and self.config.bookmark_model:
+        """The model that writes bookmarks of sealed pages (the memory model: bookmarks, facts and state
+        in one call per batch), or None (offline extraction only)."""
+        if self._writer is None and self.config.writer_model:
             from .llm import LiteLLMModel
-            from .writer import BookmarkWriter
 
-            model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
-            # a missing key is one line naming the variable, before anything is accepted
-            model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
-            self._writer = BookmarkWriter(model, self.config.bookmark_batch)
+            if self.config.memory_model:
+                from .memory import MemoryWriter
+
+                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0)
+                # a missing key is one line naming the variable, before anything is accepted
+                model.check("drop --memory-model (PAGER_MEMORY_MODEL) for offline memory only")
+                self._writer = MemoryWriter(model, self.config.bookmark_batch)
+            else:
+                from .writer import BookmarkWriter
+
+                model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
+                model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
+                self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer
 
     @property
