@@ -110,7 +110,7 @@ def new_trace_path(home: Path, user: str, session: str, kind: str) -> Path:
     the run's kind, the second and the process id, and created here so no other run can take it."""
     folder = Path(home) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^\w.-]+", "_", session)[:60] or "session"
+    safe = re.sub(r"[^\w.-]+", "_", session).lstrip(".")[:60] or "session"   # never a dot file, nor '..' 
     digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:8]
     stem = f"{safe}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}-{os.getpid()}"
     for attempt in range(1000):
@@ -166,6 +166,7 @@ def begin(session, model: str, budget: int) -> None:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
-                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
+                                         "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
+                                        for t in turns], state=session.paging_state(),
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items])

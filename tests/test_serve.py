@@ -122,15 +122,122 @@ def test_openai_stream_delivers_the_same_reply_in_chunks(open_server):
     assert turns_of(open_server, "stream") == 4
 
 
-def test_client_defined_tools_are_refused_in_the_error_shape(open_server):
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "The weather in a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+def _weather_bot() -> list[dict]:
+    """Register model pager/weather-bot: it searches pager's memory for the city (a memory tool, run by
+    the server), then calls the client's `weather` tool, then answers from the tool's result."""
+    from pager.llm import register
+
+    seen: list[dict] = []
+
+    def handler(messages, tools):
+        seen.append({"tools": [t["function"]["name"] for t in tools], "messages": messages})
+        results = [m for m in messages if m.get("role") == "tool"]
+        if not results:
+            return {"content": None, "tool_calls": [
+                {"id": "call_s", "type": "function", "function": {"name": "search", "arguments": '{"query": "city"}'}}]}
+        if not any(m.get("tool_call_id") == "call_w" for m in results):
+            return {"content": None, "tool_calls": [
+                {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Lyon"}'}}]}
+        weather = next(m["content"] for m in results if m.get("tool_call_id") == "call_w")
+        return {"content": f"In Lyon it is {weather}."}
+
+    register("weather-bot", handler)
+    return seen
+
+
+def test_client_tools_pass_through_and_memory_tools_stay_server_side(open_server):
+    seen = _weather_bot()
+    client = open_server.openai()
+    client.chat.completions.create(model="offline", user="tools", messages=[{"role": "user", "content": "I live in Lyon."}])
+    history = [{"role": "user", "content": "What is the weather where I live?"}]
+    first = client.chat.completions.create(model="pager/weather-bot", user="tools", messages=history, tools=[WEATHER])
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+        ("weather", {"city": "Lyon"})]   # pager's search ran on the server: the client sees only its own tool
+    assert [c["name"] for c in first.model_extra["pager"]["tool_calls"]] == ["search"]
+    assert {"weather", "search"} <= set(seen[0]["tools"])
+    history += [choice.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": choice.message.tool_calls[0].id, "content": "sunny, 24 C"}]
+    second = client.chat.completions.create(model="pager/weather-bot", user="tools", messages=history, tools=[WEATHER])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "In Lyon it is sunny, 24 C."
+    assert second.model_extra["pager"]["appended"] == 1   # the reply; the question was kept by the first call
+    with open_server.http() as http:
+        turns = http.get("/sessions/tools/turns").json()["turns"]
+    assert [t["content"] for t in turns[-2:]] == ["What is the weather where I live?", "In Lyon it is sunny, 24 C."]
+    # streamed, the calls come as a delta with finish_reason tool_calls
+    stream = client.chat.completions.create(model="pager/weather-bot", user="tools-stream", stream=True, tools=[WEATHER],
+                                            messages=[{"role": "user", "content": "And the weather today?"}])
+    chunks = list(stream)
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(tc.index, tc.function.name) for tc in calls] == [(0, "weather")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_client_tools_are_checked(open_server):
     import openai
 
-    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    clash = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}}
     with pytest.raises(openai.BadRequestError) as info:
-        open_server.openai().chat.completions.create(model="offline", tools=[tool],
+        open_server.openai().chat.completions.create(model="offline", tools=[clash],
                                                      messages=[{"role": "user", "content": "hi"}])
-    assert info.value.body["param"] == "tools"
-    assert "server-side" in info.value.body["message"]
+    assert info.value.body["param"] == "tools[0]" and "rename" in info.value.body["message"]
+    with open_server.http() as http:
+        unanswered = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]}]
+        r = http.post("/v1/chat/completions", json={"model": "offline", "tools": [WEATHER], "messages": unanswered})
+        assert r.status_code == 400 and "c1" in r.json()["error"]["message"]
+
+
+def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_server):
+    """A client that lost a reply and sends the same conversation again gets the reply pager recorded:
+    the model is not called again and nothing is stored twice."""
+    from pager.llm import register
+
+    calls: list[int] = []
+
+    def counting(messages, tools):
+        calls.append(1)
+        return {"content": f"answer number {len(calls)}"}
+
+    register("counting", counting)
+    client = open_server.openai()
+    history = [{"role": "user", "content": "Pick a number."}]
+    first = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    again = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    assert again.choices[0].message.content == first.choices[0].message.content == "answer number 1"
+    assert len(calls) == 1 and again.model_extra["pager"]["recorded"] is True
+    assert again.model_extra["pager"]["appended"] == 0 and turns_of(open_server, "retry") == 2
+    # the same words later in the conversation are a new question (its key chains over the reply)
+    history += [{"role": "assistant", "content": "answer number 1"}, {"role": "user", "content": "Pick a number."}]
+    third = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    assert third.choices[0].message.content == "answer number 2" and turns_of(open_server, "retry") == 4
+
+
+def test_a_question_whose_model_failed_is_answered_on_retry_and_kept_once(open_server):
+    from pager.llm import register
+
+    state = {"fail": True}
+
+    def flaky(messages, tools):
+        if state["fail"]:
+            raise RuntimeError("provider down")
+        return {"content": "back up"}
+
+    register("flaky", flaky)
+    body = {"model": "pager/flaky", "user": "flaky", "messages": [{"role": "user", "content": "Are you there?"}]}
+    with open_server.http() as http:
+        assert http.post("/v1/chat/completions", json=body).status_code == 502
+        state["fail"] = False
+        r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "back up"
+    assert r.json()["pager"]["recorded"] is False and turns_of(open_server, "flaky") == 2
 
 
 def test_models_lists_offline(open_server):
