@@ -31,12 +31,12 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 class Running:
     """A server on a free loopback port, in a thread; `stop` waits for it to close its home."""
 
-    def __init__(self, home: Path, limits: Limits = Limits()) -> None:
+    def __init__(self, home: Path, limits: Limits = Limits(), **engine) -> None:
         import uvicorn
 
         self.config = Config(home=home, embedder="hash")
         self.keys = KeyRing(home)
-        self.server = Server(Engine(self.config), self.keys, limits)
+        self.server = Server(Engine(self.config, **engine), self.keys, limits)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -437,7 +437,7 @@ async def _mcp(url: str, key: str, session: str, note: str | None, query: str, v
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {key}"} | ({} if via_query else {"X-Pager-Session": session})
+    headers = ({"Authorization": f"Bearer {key}"} if key else {}) | ({} if via_query else {"X-Pager-Session": session})
     endpoint = f"{url}/mcp?{httpx.QueryParams({'session': session})}" if via_query else f"{url}/mcp"
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         async with streamable_http_client(endpoint, http_client=http) as (read, write, *_):
@@ -643,3 +643,142 @@ def test_the_event_loop_stays_free_while_the_engine_works_and_other_sessions_pro
         release.set()
         worker.join(30)
     assert results["slow"].json()["choices"][0]["message"]["content"] == "done thinking"
+
+
+# -- traces, idle sessions ---------------------------------------------------------------------------------
+def _replays(path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    result = CliRunner().invoke(app, ["replay", str(path), "--check"])
+    assert result.exit_code == 0, f"{path.name}: {result.output}"
+    assert result.output.startswith("ok:")
+
+
+def _traces(home: Path, session: str) -> list[Path]:
+    return sorted(p for p in (home / "traces").glob(f"{session}-serve-*.jsonl"))
+
+
+def test_a_served_conversation_is_traced_and_replays_exactly(tmp_path):
+    """Everything a session gets over HTTP (chat turns with a system prompt and resent history, a retry,
+    client tools, REST appends and state, MCP tool calls) is in its trace, and `pager replay --check`
+    reproduces every event of it."""
+    _weather_bot()
+    running = Running(tmp_path)
+    try:
+        client = running.openai()
+        history: list[dict] = [{"role": "system", "content": "Answer in one line."}]
+        for line in ["I keep my bike in the blue shed.", "The shed code is 4471.", "Where is my bike?",
+                     "What is the shed code?"]:
+            history.append({"role": "user", "content": line})
+            reply = client.chat.completions.create(model="offline", messages=history,
+                                                   extra_headers={"X-Pager-Session": "traced"})
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        client.chat.completions.create(model="offline", messages=history[:-1], extra_headers={"X-Pager-Session": "traced"})
+        with running.http() as http:
+            assert http.post("/sessions/traced/turns", json={"messages": [{"content": "a note from a script"}]}).status_code == 201
+            assert http.put("/sessions/traced/state/home city", json={"value": "Lyon"}).status_code == 200
+        asyncio.run(_mcp(running.url, "", "traced", "remember this over mcp", "bike"))
+        asked = [{"role": "user", "content": "Weather at the shed?"}]
+        first = client.chat.completions.create(model="pager/weather-bot", user="traced", messages=asked, tools=[WEATHER])
+        asked += [first.choices[0].message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": "call_w", "content": "rain"}]
+        client.chat.completions.create(model="pager/weather-bot", user="traced", messages=asked, tools=[WEATHER])
+        client.chat.completions.create(model="offline", user="traced", messages=[{"role": "user", "content": "Where is my bike?"}])
+    finally:
+        running.stop()
+    traces = _traces(tmp_path, "traced")
+    assert len(traces) == 1
+    kinds = [json.loads(line)["kind"] for line in traces[0].read_text().splitlines()]
+    assert {"session_start", "user", "model_request", "append", "external_call", "state", "client_calls",
+            "session_end"} <= set(kinds)
+    _replays(traces[0])
+
+
+def test_sessions_beyond_max_open_are_closed_and_reopen_with_nothing_lost(tmp_path):
+    running = Running(tmp_path, max_open=2)
+    try:
+        client = running.openai()
+        engine = running.server.engine
+        for i in range(6):
+            client.chat.completions.create(model="offline", user=f"many-{i}", messages=[
+                {"role": "user", "content": f"My locker number is {100 + i}."}])
+            assert len(engine.home.sessions) <= 2
+        assert engine.closed == 4 and ("", "many-0") not in engine.home.sessions
+        assert not engine._locks and len(engine.home._lock_mutexes) <= 2   # nothing kept per session seen
+        reply = client.chat.completions.create(model="offline", user="many-0", messages=[
+            {"role": "user", "content": "What is my locker number?"}])
+        assert "100" in reply.choices[0].message.content
+        assert reply.model_extra["pager"]["turns"] == 4   # the two turns before the close are still there
+    finally:
+        running.stop()
+    # each time many-0 was open it left a trace, and each replays
+    traces = _traces(tmp_path, "many-0")
+    assert len(traces) == 2
+    for path in traces:
+        _replays(path)
+
+
+def test_an_idle_session_is_closed_when_its_time_is_up(tmp_path):
+    now = [1000.0]
+    running = Running(tmp_path, idle_s=60, clock=lambda: now[0])
+    try:
+        engine = running.server.engine
+        client = running.openai()
+        client.chat.completions.create(model="offline", user="idle", messages=[{"role": "user", "content": "The gate code is 2718."}])
+        now[0] += 59
+        with running.http() as http:
+            http.get("/sessions")          # any request looks for idle sessions
+        assert ("", "idle") in engine.home.sessions
+        now[0] += 1
+        with running.http() as http:
+            assert "idle" in [r["session"] for r in http.get("/sessions").json()["data"]]
+        assert ("", "idle") not in engine.home.sessions and engine.closed == 1
+        reply = client.chat.completions.create(model="offline", user="idle", messages=[
+            {"role": "user", "content": "What is the gate code?"}])
+        assert "2718" in reply.choices[0].message.content and reply.model_extra["pager"]["turns"] == 4
+    finally:
+        running.stop()
+
+
+# -- the memory tiers over REST ------------------------------------------------------------------------------
+def test_state_and_facts_over_rest_reach_only_their_tenant(keyed):
+    from pager.facts import Draft
+
+    with keyed.http(keyed.key_a) as a:
+        assert a.post("/sessions/tiers/turns", json={"messages": [{"content": "I moved to Porto in May."}]}).status_code == 201
+        r = a.put("/sessions/tiers/state/Home City", json={"value": "Porto"})
+        assert r.status_code == 200 and r.json()["state"]["home city"]["value"] == "Porto"
+        a.put("/sessions/tiers/state/home city", json={"value": "Braga"})
+        state = a.get("/sessions/tiers/state").json()
+        assert state["object"] == "state" and state["state"]["home city"]["value"] == "Braga"
+        history = a.get("/sessions/tiers/state", params={"key": "home city"}).json()["history"]
+        assert [h["value"] for h in history] == ["Porto", "Braga"]
+        assert a.delete("/sessions/tiers/state/home city").status_code == 200
+        assert a.get("/sessions/tiers/state").json()["state"] == {}
+        r = a.delete("/sessions/tiers/state/home city")
+        assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert a.put("/sessions/tiers/state/city", json={"value": 3}).status_code == 400
+        assert a.put("/sessions/tiers/state/city", json={"value": "x" * 500}).status_code == 400
+        engine = keyed.server.engine
+        engine.call(lambda: engine.open("acme", "tiers").add_facts(
+            [Draft("residence", "The user lives in Porto.", (1,))], "script"), tenant="acme", name="tiers")
+        facts = a.get("/sessions/tiers/facts").json()
+        assert facts["object"] == "facts" and [f["text"] for f in facts["facts"]] == ["The user lives in Porto."]
+        assert a.get("/sessions/tiers/facts", params={"q": "Porto"}).json()["total"] == 1
+        assert a.get("/sessions/tiers/facts", params={"q": "bicycle"}).json()["total"] == 0
+        r = a.get("/sessions/tiers/nothing")
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    with keyed.http(keyed.key_b) as b:
+        for path in ("/sessions/tiers/state", "/sessions/tiers/facts", "/sessions/tiers/state?key=home+city"):
+            r = b.get(path)
+            assert r.status_code == 404 and "Porto" not in r.text, path
+        assert b.delete("/sessions/tiers/state/city").status_code == 404
+        assert b.put("/sessions/tiers/state/city", json={"value": "Oslo"}).status_code == 200   # bravo's own session
+    with keyed.http(keyed.key_a) as a:
+        assert a.get("/sessions/tiers/state").json()["state"] == {}
+    with keyed.http("pgr_000000000000_" + "x" * 43) as nobody:
+        for method, path in (("GET", "/sessions/tiers/state"), ("GET", "/sessions/tiers/facts"),
+                             ("PUT", "/sessions/tiers/state/city"), ("DELETE", "/sessions/tiers/state/city")):
+            assert nobody.request(method, path, json={"value": "x"}).status_code == 401
