@@ -513,6 +513,7 @@ def test_readme_curl_example_runs(open_server):
         out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert '"chat.completion"' in out.stdout or '"session"' in out.stdout, out.stdout
+        assert '"error"' not in out.stdout, out.stdout   # every command of the example worked
 
 
 def test_readme_openai_snippet_runs(open_server):
