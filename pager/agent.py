@@ -69,13 +69,25 @@ def _paging(schemas: list[dict]) -> list[dict]:
     return [s for s in schemas if s["function"]["name"] not in optional]
 
 
+_COUNTED: dict[tuple[object, str], int] = {}   # the fixed texts (prompts, tool schemas) are counted once each
+
+
+def _count(session: Session, text: str) -> int:
+    key = (session.tokenizer, text)
+    if key not in _COUNTED:
+        if len(_COUNTED) > 512:   # clients' own tools vary: keep the cache small
+            _COUNTED.clear()
+        _COUNTED[key] = session.tokenizer.count(text)
+    return _COUNTED[key]
+
+
 def _tool_tokens(session: Session, tools: list[dict]) -> int:
-    return session.tokenizer.count(json.dumps(tools, separators=(",", ":"))) if tools else 0
+    return _count(session, json.dumps(tools, separators=(",", ":"))) if tools else 0
 
 
 def _fixed(session: Session, prefix: str, tools: list[dict]) -> int:
     """Tokens of the prompt that are not memory and not the message (context.build's arithmetic)."""
-    return session.tokenizer.count(prefix) + session.tokenizer.count(SEPARATOR) + _tool_tokens(session, tools) \
+    return _count(session, prefix) + _count(session, SEPARATOR) + _tool_tokens(session, tools) \
         + 2 * MESSAGE_OVERHEAD + REPLY_PRIMING
 
 

@@ -112,6 +112,9 @@ class Engine:
             try:
                 return fn(*args)
             finally:
+                held = self._traces.get((tenant or "", name)) if name is not None else None
+                if held is not None:
+                    held[0].flush()   # the request's events, in one write rather than one per event
                 self.trim()
 
     async def run(self, fn: Callable[..., T], *args, tenant: str | None = None, name: str | None = None) -> T:
@@ -143,7 +146,7 @@ class Engine:
         if held is not None:
             self._end_trace(s)
         writer = TraceWriter(new_trace_path(self.home.path, s.user, s.name, "serve"),
-                             note=f"pager serve session {s.name!r}")
+                             note=f"pager serve session {s.name!r}", flush_each=False)
         s.events.listeners.append(writer)
         self._traces[key] = (writer, budget)
         begin(s, model, budget)

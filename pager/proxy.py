@@ -288,8 +288,6 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     engine.trace(s, req.model, agent.budget)
     before = s.turn_count
     earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
-    if earlier:
-        s.append_many(earlier)
     seen = {"faulted": [], "tokens": 0}
 
     def listen(event):
@@ -300,8 +298,14 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
 
     s.events.listeners.append(listen)
     try:
-        reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text),
-                          instructions=req.system, tools=req.tools, resume=req.resume)
+        # the messages and the reply are acknowledged together, by the response: one fsync for all, after
+        # the reply (the question is written before the model is called, so a crash of this process loses
+        # nothing, and a failing model still leaves it durable before the 502)
+        with s.home.journal.deferred():
+            if earlier:
+                s.append_many(earlier)
+            reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text),
+                              instructions=req.system, tools=req.tools, resume=req.resume)
     finally:
         s.events.listeners.remove(listen)
     completion_tokens = s.tokenizer.count(reply.text)

@@ -437,6 +437,7 @@ class Server:
         try:
             outcome = await asyncio.wait_for(asyncio.shield(task), self.limits.model_timeout)
         except asyncio.TimeoutError:
+            await asyncio.to_thread(self.engine.home.journal.sync)   # "your message is saved": on disk now
             return self._timeout()
         return self._answer(cid, req, outcome, facts)
 
@@ -483,6 +484,7 @@ class Server:
                 if not task.done():
                     yield ": waiting for the model\n\n"   # an SSE comment: keeps proxies from closing the stream
             if not task.done():
+                await asyncio.to_thread(self.engine.home.journal.sync)
                 yield f"data: {json.dumps(self._timeout_body())}\n\n"
                 return
             try:

@@ -61,8 +61,9 @@ class TraceWriter:
     A trace is a record, not the memory: when the disk refuses a line (full, gone), writing
     stops, `error` says why, and the session goes on (its turns are in the journal)."""
 
-    def __init__(self, path: Path, note: str = "") -> None:
+    def __init__(self, path: Path, note: str = "", flush_each: bool = True) -> None:
         self.path = Path(path)
+        self.flush_each = flush_each   # False: the owner calls flush() (a server, once per request)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
         self.error = ""
@@ -82,13 +83,22 @@ class TraceWriter:
             line = json.dumps(obj, separators=(",", ":"))
         try:
             self._fh.write(line + "\n")
-            self._fh.flush()
+            if self.flush_each:
+                self._fh.flush()
         except OSError as exc:
             self.error = f"{exc.strerror or exc} writing {self.path}"
             try:
                 self._fh.close()
             except OSError:
                 pass
+
+    def flush(self) -> None:
+        if self.error or self._fh.closed:
+            return
+        try:
+            self._fh.flush()
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} writing {self.path}"
 
     def close(self) -> None:
         if not self._fh.closed:

@@ -783,3 +783,37 @@ def test_state_and_facts_over_rest_reach_only_their_tenant(keyed):
         for method, path in (("GET", "/sessions/tiers/state"), ("GET", "/sessions/tiers/facts"),
                              ("PUT", "/sessions/tiers/state/city"), ("DELETE", "/sessions/tiers/state/city")):
             assert nobody.request(method, path, json={"value": "x"}).status_code == 401
+
+
+def test_a_chat_call_makes_its_messages_and_reply_durable_with_one_fsync(open_server, monkeypatch):
+    """The question is written before the model is called and the reply after it; both are acknowledged
+    by the response, so one fsync after the reply covers them (and any new earlier messages)."""
+    journal = open_server.server.engine.home.journal
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    history = [{"role": "user", "content": "One fsync, please."}, {"role": "assistant", "content": "Noted."},
+               {"role": "user", "content": "And the reply too."}]
+    reply = open_server.openai().chat.completions.create(model="offline", user="one-fsync", messages=history)
+    assert reply.model_extra["pager"]["appended"] == 4
+    assert synced.count(journal._fd) == 1
+
+
+def test_a_deferred_frame_is_in_the_segment_before_its_fsync(tmp_path):
+    """Inside `deferred` a frame reaches the file at once (a crash of the process loses nothing); the
+    fsync comes at the end of the block."""
+    from pager.journal import Journal, read_segment
+
+    journal = Journal(tmp_path)
+    synced: list[int] = []
+    real = os.fsync
+    try:
+        os.fsync = lambda fd: (synced.append(fd), real(fd))[1]
+        with journal.deferred():
+            journal.append([{"op": "turn", "user": "", "session": "s", "turn": 1, "speaker": "u", "text": "hi",
+                             "role": "user", "date": "", "ts": 0.0, "ref": "", "key": ""}])
+            assert [op["text"] for op in read_segment(journal.path, 0).ops] == ["hi"] and not synced
+        assert synced == [journal._fd]
+    finally:
+        os.fsync = real
+        journal.close(remove=True)
