@@ -314,6 +314,7 @@ class Index:
         vectors = np.ascontiguousarray(self.vectors())  # first: it takes in the pending rows
         state = dict(self.__dict__)
         state.pop("_spare", None)
+        state.pop("_memo", None)
         state["_vectors"] = vectors
         return state
 
@@ -326,18 +327,9 @@ class Index:
             return []
         signals: dict[str, np.ndarray] = {}
         query_terms = terms(query)
-        weighted = {t: 1.0 for t in query_terms}
-        words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
-        for extra in self.vocabulary.expand(words, embedder):
-            weighted.setdefault(stem(extra), 0.5)
-        signals["bm25"] = self.bm25.scores(weighted)
+        weighted, signals["bm25"], named, signals["vector"] = self._matched(query, embedder)
         deep = k >= self.DEEP
         weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
-        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
-        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
-        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
-        qv = embedder.embed([bare if bare.strip() else query])[0]
-        signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
         arrays = self._arrays()
         if named:
             ids = [self.speaker_ids[s] for s in named if s in self.speaker_ids]
@@ -357,6 +349,26 @@ class Index:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._demote(self._fuse(signals, weights), query_terms)
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
+
+    def _matched(self, query: str, embedder) -> tuple[dict[str, float], np.ndarray, set[str], np.ndarray]:
+        """(the weighted query terms, their BM25 scores, the speakers named, the vector scores): the costly
+        part of a search, kept for the last query until a page is added. An agent's search tool often
+        asks what automatic paging just asked for the same message (the offline shell always does)."""
+        stamp = (query, len(self.piece_page), id(embedder))
+        memo = getattr(self, "_memo", None)
+        if memo is not None and memo[0] == stamp:
+            return memo[1]
+        weighted = {t: 1.0 for t in terms(query)}
+        words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
+        for extra in self.vocabulary.expand(words, embedder):
+            weighted.setdefault(stem(extra), 0.5)
+        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
+        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
+        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
+        qv = embedder.embed([bare if bare.strip() else query])[0]
+        found = (weighted, self.bm25.scores(weighted), named, np.maximum(self.vectors() @ qv, 0.0))
+        self._memo = (stamp, found)
+        return found
 
     @staticmethod
     def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
