@@ -196,7 +196,7 @@ def test_index_vectors_grow_in_place_and_pickle_without_spare_rows():
     assert np.array_equal(copy.vectors(), np.vstack(added))
 
 
-def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild():
+def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
     """Index._arrays and the BM25 postings extend their arrays by what was added since the last search
     instead of rebuilding them; after every few pages they must equal what a rebuild gives."""
     import numpy as np
@@ -204,7 +204,7 @@ def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild():
     from pager.config import Config
     from pager.home import memory_home
 
-    s = memory_home(Config(embedder="hash")).open("grow")
+    s = memory_home(Config(home=tmp_path, embedder="hash")).open("grow")
     for i in range(200):
         s.append(f"sp{i % 3}", f"note {i}: the amber shelf holds box {i * 7}; what did I say in turn {i - 3}?")
         if i % 5 == 0:
