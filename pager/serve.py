@@ -199,7 +199,7 @@ class Server:
         while True:
             await asyncio.sleep(every)
             try:
-                await self.engine.run(lambda: None)
+                await self.engine.run(self.engine.trim)
             except Exception:  # noqa: BLE001 - logged; the next round tries again
                 log.exception("closing idle sessions failed")
 
@@ -305,8 +305,9 @@ class Server:
         return JSONResponse(await self.engine.run(self._existing, tenant, name, run))
 
     # -- the memory tiers: GET /sessions/{name}/{tier} -----------------------------------------------------
-    # A tier is a reader of the session: (session, query parameters) -> the body's rows. Every tier has
-    # the same route, the same tenant check and 404, and the same error shape.
+    # A tier is a reader of the session: (session, query parameters) -> the body's fields. Every tier has
+    # the same route, the same tenant check and 404, and the same error shape; a new tier (summaries) is
+    # its reader and one entry in TIERS.
     def tier_state(self, s, params) -> dict:
         key = params.get("key", "")
         if key:   # every value the key had, unsets too
