@@ -139,13 +139,14 @@ def ingest(
     session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
+    memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
 ) -> None:
     """Import a conversation file into memory (all or nothing)."""
     import time
 
     from pager.formats import parse_jsonl, parse_locomo
 
-    config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model)
+    config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model, memory_model=memory_model)
     if format == "jsonl":
         groups = parse_jsonl(file, session or config.session)
     elif format == "locomo":
@@ -160,7 +161,7 @@ def ingest(
 
     started = time.perf_counter()
     with open_home(config) as home:
-        home.writer  # noqa: B018 - with --bookmark-model, a missing key stops here, before any turn is accepted
+        home.writer  # noqa: B018 - with --bookmark-model or --memory-model, a missing key stops here, before any turn is accepted
         sessions = {name: home.open(name) for name in groups}
         # one transaction for the whole file: every line of every session durable at once, or none;
         # keyed by line, so running the same file again adds nothing twice
@@ -170,7 +171,7 @@ def ingest(
             known = len(groups[name]) - added
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
                        f" → {s.turn_count} turns, {len(s.pages)} pages")
-            if config.bookmark_model:
+            if config.writer_model:
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())
     elapsed = time.perf_counter() - started
@@ -179,14 +180,18 @@ def ingest(
 
 
 def _write_bookmarks(s) -> None:
-    """Have the bookmark model name the pages this ingest sealed."""
-    model, pages = s.home.config.bookmark_model, len(s.unwritten)
-    typer.echo(f"  asking {model} for bookmarks of {pages} pages …", err=True)
+    """Have the bookmark (or memory) model name the pages this ingest sealed."""
+    config = s.home.config
+    model, pages, facts, changes = config.writer_model, len(s.unwritten), len(s.facts), s.state.seq
+    what = "bookmarks, facts and state" if config.memory_model else "bookmarks"
+    typer.echo(f"  asking {model} for {what} of {pages} pages …", err=True)
     named = len(s.write_bookmarks(force=True))
-    if s.writer_error:
-        typer.echo(f"  the bookmark model failed after naming {named} of {pages} pages ({s.writer_error}); the "
+    error = s.memory_error if config.memory_model else s.writer_error
+    if error:
+        typer.echo(f"  the model failed after naming {named} of {pages} pages ({error}); the "
                    "others keep their offline keywords", err=True)
-    typer.echo(f"  {named} pages bookmarked by {model}")
+    typer.echo(f"  {named} pages bookmarked by {model}" + (f", {len(s.facts) - facts} facts written, "
+                                                         f"{s.state.seq - changes} state changes" if config.memory_model else ""))
 
 
 @command()
@@ -231,11 +236,13 @@ def chat(
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
+    memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
 ) -> None:
     """Talk to an agent whose memory is paged: the REPL."""
     from pager.cli.chat import run
 
-    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model))
+    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model,
+                    memory_model=memory_model))
 
 
 @command()
@@ -282,7 +289,9 @@ def search(
     k: int = typer.Option(8, "-k", help="how many pages"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
 ) -> None:
-    """Ranked pages for a query, with each signal's score and the page's bookmarks."""
+    """Ranked pages for a query, then the facts, summaries and state it names, each marked with its kind.
+
+    Pages come with each signal's score and their bookmarks; superseded facts with their dates."""
     import json
 
     if not query.strip():
@@ -297,11 +306,15 @@ def search(
     with open_home(config, read_only=True) as home:
         s = existing(home)
         hits = s.search(query, k=k, record=False)
-        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
+        rows = [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
                  "snippet": s.render.snippet(h)} for h in hits]
+        from pager.views import tier_hits
+
+        tiers = tier_hits(s, query, k)
         if json_out:
-            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows}, ensure_ascii=False))
+            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows, "tiers": tiers},
+                                  ensure_ascii=False))
             return
         from rich.console import Console
         from rich.table import Table
@@ -314,7 +327,42 @@ def search(
             signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
                           Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
-        Console().print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
+        console = Console()
+        console.print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
+        if tiers:
+            other = Table(title=Text("in the memory tiers"), title_justify="left")
+            for name in ("kind", "id", "score", "pages", "when", "text"):
+                other.add_column(name, overflow="fold")
+            for r in tiers:
+                when = r.get("date", "")
+                if r["kind"] == "fact" and r["superseded"]:
+                    when = f"{r['date']} → {r['valid_to']} (superseded by {r['superseded_by']})"
+                elif r["kind"] == "state":
+                    when = "current" if r["current"] else "earlier value"
+                score = f"{r['score']:.3f}" if "score" in r else ""
+                other.add_row(r["kind"], r["id"], score, ",".join(r["pages"][:3]), when, Text(r["text"]))
+            console.print(other)
+
+
+@command()
+def summarize(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s"),
+) -> None:
+    """Summarize a session offline, no model: its closed episodes and a new rolling summary version.
+
+    An episode ends at a new day, a long silence or a topic shift; its summary is its most central
+    sentences, verbatim."""
+    from pager.summaries import Extractive
+
+    config = load_config(ctx, session=session)
+    with open_home(config) as home:
+        s = existing(home)
+        made = s.summarize(Extractive())
+        for x in made:
+            typer.echo(f"{x.id} {x.kind} {x.key!r} v{x.version} ({x.span}, {x.date}): {x.text[:160]}")
+        typer.echo(f"{len(made)} new summaries; {len(s.summaries)} in all"
+                   + (f" (the producer failed: {s.memory_error})" if s.memory_error else ""))
 
 
 @command()
