@@ -11,6 +11,7 @@ SDK already brings).
     POST /sessions/{name}/turns {"messages": [{"role", "content"}]}
     GET  /sessions/{name}/state             the working state; PUT/DELETE …/state/{key} set and unset a key
     GET  /sessions/{name}/facts?q=…         the facts, every version (a memory tier is a GET of its name)
+    GET  /sessions/{name}/summaries?q=…     the summaries, every version
     GET  /healthz
 
 Each session's traffic is traced as `pager chat`'s is (PAGER_HOME/traces, `pager replay`), one
@@ -328,7 +329,17 @@ class Server:
             rows = [r for r in rows if r["superseded_by"] is None]
         return {"facts": rows[: self.limits.list_rows], "total": len(rows)}
 
-    TIERS = {"state": tier_state, "facts": tier_facts}
+    def tier_summaries(self, s, params) -> dict:
+        rows = s.summaries.to_json()
+        query = params.get("q", "").strip()
+        if query:
+            order = {x.id: i for i, (x, _) in enumerate(s.summaries.search(query, k=self.limits.list_rows))}
+            rows = sorted((r for r in rows if r["id"] in order), key=lambda r: order[r["id"]])
+        if params.get("current") in ("1", "true"):
+            rows = [r for r in rows if r["current"]]
+        return {"summaries": rows[: self.limits.list_rows], "total": len(rows)}
+
+    TIERS = {"state": tier_state, "facts": tier_facts, "summaries": tier_summaries}
 
     async def tier(self, request, tenant: str, facts: dict):
         from starlette.responses import JSONResponse

@@ -744,7 +744,7 @@ def test_an_idle_session_is_closed_when_its_time_is_up(tmp_path):
 
 
 # -- the memory tiers over REST ------------------------------------------------------------------------------
-def test_state_and_facts_over_rest_reach_only_their_tenant(keyed):
+def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
     from pager.facts import Draft
 
     with keyed.http(keyed.key_a) as a:
@@ -769,10 +769,20 @@ def test_state_and_facts_over_rest_reach_only_their_tenant(keyed):
         assert facts["object"] == "facts" and [f["text"] for f in facts["facts"]] == ["The user lives in Porto."]
         assert a.get("/sessions/tiers/facts", params={"q": "Porto"}).json()["total"] == 1
         assert a.get("/sessions/tiers/facts", params={"q": "bicycle"}).json()["total"] == 0
+        from pager.summaries import Draft as SummaryDraft
+
+        for text in ("The user moved to Porto.", "The user moved to Porto, then to Braga."):
+            engine.call(lambda: engine.open("acme", "tiers").add_summaries(
+                [SummaryDraft("rolling", "rolling", text, (1, 1))], "script"), tenant="acme", name="tiers")
+        summaries = a.get("/sessions/tiers/summaries").json()
+        assert summaries["object"] == "summaries" and summaries["total"] == 2
+        assert [x["text"] for x in a.get("/sessions/tiers/summaries", params={"current": 1}).json()["summaries"]] == [
+            "The user moved to Porto, then to Braga."]
         r = a.get("/sessions/tiers/nothing")
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     with keyed.http(keyed.key_b) as b:
-        for path in ("/sessions/tiers/state", "/sessions/tiers/facts", "/sessions/tiers/state?key=home+city"):
+        for path in ("/sessions/tiers/state", "/sessions/tiers/facts", "/sessions/tiers/summaries",
+                     "/sessions/tiers/state?key=home+city"):
             r = b.get(path)
             assert r.status_code == 404 and "Porto" not in r.text, path
         assert b.delete("/sessions/tiers/state/city").status_code == 404
@@ -781,6 +791,7 @@ def test_state_and_facts_over_rest_reach_only_their_tenant(keyed):
         assert a.get("/sessions/tiers/state").json()["state"] == {}
     with keyed.http("pgr_000000000000_" + "x" * 43) as nobody:
         for method, path in (("GET", "/sessions/tiers/state"), ("GET", "/sessions/tiers/facts"),
+                             ("GET", "/sessions/tiers/summaries"),
                              ("PUT", "/sessions/tiers/state/city"), ("DELETE", "/sessions/tiers/state/city")):
             assert nobody.request(method, path, json={"value": "x"}).status_code == 401
 
