@@ -16,6 +16,7 @@ waits for a session lock, so the two cannot deadlock.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from .session import Session
 from .trace import TraceWriter, begin, new_trace_path
 
 T = TypeVar("T")
+log = logging.getLogger("pager.serve")
 
 
 class Unlocked:
@@ -115,7 +117,10 @@ class Engine:
                 held = self._traces.get((tenant or "", name)) if name is not None else None
                 if held is not None:
                     held[0].flush()   # the request's events, in one write rather than one per event
-                self.trim()
+                try:
+                    self.trim()
+                except Exception:  # noqa: BLE001 - the request's own work is done; closing is tried again next time
+                    log.exception("closing idle sessions failed; they stay open")
 
     async def run(self, fn: Callable[..., T], *args, tenant: str | None = None, name: str | None = None) -> T:
         """Run fn on a worker thread with the locks held; the event loop stays free."""
@@ -177,13 +182,12 @@ class Engine:
 
     def close_session(self, tenant: str, name: str) -> None:
         """End the session's trace, write what it holds to the store and let it go from memory."""
-        self._used.pop((tenant, name), None)
         s = self.home.sessions.get((tenant, name))
-        if s is None:
-            return
-        self._end_trace(s)
-        self.home.unload(tenant, name)
-        self.closed += 1
+        if s is not None:
+            self._end_trace(s)
+            self.home.unload(tenant, name)   # if the store refuses, the session stays open (and listed)
+            self.closed += 1
+        self._used.pop((tenant, name), None)
 
     def exists(self, tenant: str, name: str) -> bool:
         """Whether the tenant has this session (open here, or with turns in the store)."""
