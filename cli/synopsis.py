@@ -14,7 +14,8 @@ def _commands(command, path: tuple[str, ...] = ()):
         yield path, command
 
 
-METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_model": "M", "budget": "N",
+METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_model": "M", "memory_model": "M",
+            "budget": "N",
             "policy": "P", "page_tokens": "N", "pages": "N", "conversations": "N", "questions": "N", "step": "N",
             "k": "N", "json_path": "OUT", "out": "OUT", "html": "OUT.html", "plot": "OUT.png", "keep": "DIR",
             "data": "FILE", "conversation": "ID", "format": "F", "host": "H", "port": "P", "tenant": "T",

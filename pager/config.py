@@ -26,12 +26,15 @@ ENV = {
     "PAGER_PAGE_TOKENS": "page_tokens",
     "PAGER_EMBEDDER": "embedder",
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
+    "PAGER_MEMORY_MODEL": "memory_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
+    "PAGER_DYNAMODB_ENDPOINT": "dynamodb_endpoint",
     "PAGER_LEASE_S": "lease_s",
     "PAGER_LEASE_WAIT_S": "lease_wait_s",
+    "PAGER_LEASE_IDLE_S": "lease_idle_s",
 }
 
 # The usual AWS variables → LanceDB storage option, read here so no other module reads the
@@ -80,14 +83,17 @@ class Config:
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
     embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model
     bookmark_model: str = ""     # litellm model that writes bookmarks of sealed pages; empty: offline extraction only
-    bookmark_batch: int = 8      # sealed pages per bookmark-writer call
+    bookmark_batch: int = 8      # sealed pages per bookmark-writer call (and per memory-model call)
+    memory_model: str = ""       # litellm model that writes bookmarks, facts and state of sealed pages, one call a batch
     tokenizer: str = ""          # tiktoken encoding; empty means chosen from the model
     s3_endpoint: str = ""        # S3-compatible endpoint URL (MinIO, R2, a local server); empty: AWS
     s3_region: str = ""          # S3 region; most S3-compatible servers want one (us-east-1)
     s3_allow_http: str = ""      # "true" lets the store talk plain http (a local S3 server)
+    dynamodb_endpoint: str = ""  # DynamoDB's URL for an s3+ddb:// store not on AWS (a local server); empty: AWS
     aws: tuple = field(default=(), repr=False)  # (storage option, value) pairs from AWS_*; kept out of repr
     lease_s: float = 30.0        # a session's write lease lapses this long after its holder was last seen
     lease_wait_s: float = 0.0    # how long a writer waits for another host's lease; 0 refuses at once
+    lease_idle_s: float = 60.0   # a lease not used to write for this long is given up (after a flush); 0: kept until close
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -111,10 +117,19 @@ class Config:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:
             raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
-        if self.lease_s <= 0 or self.lease_wait_s < 0:
-            raise ConfigError(f"lease_s {self.lease_s} must be above 0 and lease_wait_s {self.lease_wait_s} 0 or more")
+        if self.lease_s <= 0 or self.lease_wait_s < 0 or self.lease_idle_s < 0:
+            raise ConfigError(f"lease_s {self.lease_s} must be above 0, lease_wait_s {self.lease_wait_s} and "
+                              f"lease_idle_s {self.lease_idle_s} 0 or more")
+        if self.memory_model and self.bookmark_model and self.memory_model != self.bookmark_model:
+            raise ConfigError("the memory model writes the bookmarks too, in the same call; give --memory-model "
+                              "(PAGER_MEMORY_MODEL) alone, or drop it for --bookmark-model")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
+
+    @property
+    def writer_model(self) -> str:
+        """The model that names sealed pages: the memory model if set, else the bookmark model; "" for none."""
+        return self.memory_model or self.bookmark_model
 
     @property
     def db_uri(self) -> str:
@@ -122,12 +137,15 @@ class Config:
 
     @property
     def storage_options(self) -> dict[str, str]:
-        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings."""
+        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings
+        (and PAGER_DYNAMODB_ENDPOINT for s3+ddb://, whose commits go through a DynamoDB table)."""
         options = dict(self.aws)
         for key, value in (("endpoint", self.s3_endpoint), ("region", self.s3_region),
                            ("allow_http", self.s3_allow_http)):
             if value:
                 options[key] = value
+        if self.dynamodb_endpoint and self.db_uri.startswith("s3+ddb://"):
+            options["dynamodb_endpoint"] = self.dynamodb_endpoint  # LanceDB's DynamoDB commit store
         if options.get("endpoint", "").startswith("http://") and "allow_http" not in options:
             options["allow_http"] = "true"  # an http:// endpoint says so already
         return options

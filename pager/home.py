@@ -93,7 +93,8 @@ def _read_counts(data: bytes) -> tuple[int, int, bool]:
 class Home:
     def __init__(self, config: Config, store: Store | None = None, embedder: Embedder | None = None,
                  tokenizer: Tokenizer | None = None, clock: Callable[[], float] = time.time,
-                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None) -> None:
+                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None,
+                 writer=None) -> None:
         self.config = config
         self.clock = clock
         self.path = Path(config.home)
@@ -109,7 +110,7 @@ class Home:
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
         self._embedder = embedder
         self._store = store
-        self._writer = None
+        self._writer = writer   # the bookmark or memory writer; built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
@@ -119,8 +120,9 @@ class Home:
         self._closed = False
         self.recovered = 0
         # the lease clock is the wall clock whatever clock the session uses: other hosts compare against it
+        self._closing = False
         self.leases = Leases(lambda: self.store, os.path.abspath(self.path), config.lease_s, config.lease_wait_s,
-                             warn=self.warn)
+                             warn=self.warn, idle_s=config.lease_idle_s, on_idle=self._release_idle)
         if not read_only:
             self._sweep_tmp()
             self.recovered = self.recover()
@@ -140,15 +142,24 @@ class Home:
 
     @property
     def writer(self):
-        """The model that writes bookmarks of sealed pages, or None (offline extraction only)."""
-        if self._writer is None and self.config.bookmark_model:
+        """The model that writes bookmarks of sealed pages (the memory model: bookmarks, facts and state
+        in one call per batch), or None (offline extraction only)."""
+        if self._writer is None and self.config.writer_model:
             from .llm import LiteLLMModel
-            from .writer import BookmarkWriter
 
-            model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
-            # a missing key is one line naming the variable, before anything is accepted
-            model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
-            self._writer = BookmarkWriter(model, self.config.bookmark_batch)
+            if self.config.memory_model:
+                from .memory import MemoryWriter
+
+                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0)
+                # a missing key is one line naming the variable, before anything is accepted
+                model.check("drop --memory-model (PAGER_MEMORY_MODEL) for offline memory only")
+                self._writer = MemoryWriter(model, self.config.bookmark_batch)
+            else:
+                from .writer import BookmarkWriter
+
+                model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
+                model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
+                self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer
 
     @property
@@ -159,7 +170,8 @@ class Home:
                 self._store = MemoryStore(self.embedder.dim)  # nothing was ever stored here
             else:
                 self._store = LanceStore(uri, self.embedder.dim, read_only=self.read_only, notify=self.warn,
-                                         storage_options=self.config.storage_options)
+                                         storage_options=self.config.storage_options,
+                                         matryoshka=getattr(self.embedder, "matryoshka", False))
                 if self._store.pending_migrations:
                     self.warn(f"the store at {uri} lacks migration(s) {', '.join(self._store.pending_migrations)}; "
                               "run `pager migrate` (a command that only looks does not migrate)")
@@ -206,7 +218,8 @@ class Home:
             return None
         from .search import Index
 
-        return index if isinstance(index, Index) else None
+        # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
+        return index if isinstance(index, Index) and index.dim == self.embedder.dim else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
@@ -397,10 +410,10 @@ class Home:
             parts = {s: s.take_pending() for s in self.sessions.values()}
             for s, part in list(parts.items()):
                 if (part.turns or part.bookmarks) and self.leases.applies():
-                    self.leases.ensure(s.user, s.name)  # held since they were accepted; refused if it lapsed
+                    self.leases.ensure(s.user, s.name, touch=False)  # held since they were accepted; refused if it lapsed
                 elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
                     try:  # pages sealed from what another home wrote: written by whoever holds the lease
-                        self.leases.ensure(s.user, s.name, wait=False)
+                        self.leases.ensure(s.user, s.name, wait=False, touch=False)
                     except LeaseHeld:
                         del parts[s]
             batch = Batch()
@@ -431,6 +444,22 @@ class Home:
                     self.store.compact(self.config.keep_versions_s)
             if self.journal.written:
                 self.journal.rotate()
+
+    def _release_idle(self, keys: list[tuple[str, str]]) -> None:
+        """Give up the leases of sessions this home has not written for lease_idle_s (called by the lease
+        thread): flush first, so everything accepted is in the store for the next holder. Skipped while
+        a write is under way (then the session is not idle) and while another live process of this home
+        shares the leases (its journal may hold turns of the session not yet in the store)."""
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            if self._closing or self.journal.segments():
+                return
+            self.flush()
+            idle = set(self.leases.idle())  # under the mutex nothing was written since: still idle
+            self.leases.give_up([key for key in keys if key in idle])
+        finally:
+            self._mutex.release()
 
     def recover(self) -> int:
         """Write journal segments left by dead processes into the store; returns turns recovered.
@@ -509,6 +538,8 @@ class Home:
     def close(self) -> None:
         if self._closed:
             return
+        with self._mutex:
+            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         if self.read_only:
             self._closed = True
             return

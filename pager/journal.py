@@ -75,8 +75,8 @@ def valid(op) -> str:
         return "a turn needs a number of 1 or more, some text and a string key"
     if op["op"] == "state" and (op["seq"] < 1 or not op["key"] or op["unset"] == bool(op["value"])):
         return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
-    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip()):
-        return "a fact needs a number of 1 or more and some text"
+    if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip() or not isinstance(op.get("ends", False), bool)):
+        return "a fact needs a number of 1 or more and some text (and `ends` true or false)"
     if op["op"] == "summary" and (op["n"] < 1 or op["version"] < 1 or not op["text"].strip() or len(op["pages"]) != 2
                                   or len(op["turns"]) != 2 or not all(type(x) is int for x in op["pages"] + op["turns"])):
         return "a summary needs a number and version of 1 or more, some text, and first and last page and turn"

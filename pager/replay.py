@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
+from .embed import trace_embedder
 from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
@@ -32,7 +33,8 @@ from .writer import Written
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "summaries_written", "summary_in"}
+          "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "state_written",
+          "memory_rejected", "summaries_written", "summary_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -142,7 +144,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
     extra = start.get("config", {})
     return Config(home=home, session=start.get("session", "replay"), user=start.get("user", ""),
                   budget=start["budget"], page_tokens=start["page_tokens"], policy=policy or start["policy"],
-                  tokenizer=start.get("tokenizer", ""), embedder=start.get("embedder", "wordllama"),
+                  tokenizer=start.get("tokenizer", ""), embedder=trace_embedder(start.get("embedder", "wordllama"), start.get("embedder_dim")),
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
                   output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
@@ -253,8 +255,10 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
         elif kind == "facts_written":   # the memory model's recorded answer; replay calls no model
-            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
-                              event["source"])
+            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts"), f.get("op", "add"),
+                                     f.get("target", 0)) for f in event["facts"]], event["source"])
+        elif kind == "state_written":   # the memory model's recorded state changes
+            session.apply_state([(c["key"], None if c.get("unset") else c["value"]) for c in event["changes"]])
         elif kind == "summaries_written":   # a summary producer's recorded answer; replay calls no producer
             session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]), x.get("ts"))
                                    for x in event["summaries"]], event["source"])

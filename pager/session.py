@@ -319,7 +319,7 @@ class Session:
                   tokens=self.tokenizer.count(turn.text), ref=turn.ref)
         for page in self.packer.add(turn, start):
             self._seal(page)
-            if own and self.home.config.bookmark_model:
+            if own and self.home.config.writer_model:
                 self.unwritten.append(page.n)
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
@@ -546,20 +546,31 @@ class Session:
         return mark
 
     def write_bookmarks(self, force: bool = False) -> list:
-        """Have the bookmark model name the pages sealed since it last did, a batch per call (all
-        batches with force, else only full ones). Returns what it wrote (writer.Written). A failing
-        model is an event and `writer_error`, never an exception: its batch keeps the offline keywords."""
+        """Have the bookmark model (or the memory model, which also writes facts and state in the same
+        call) name the pages sealed since it last did, a batch per call (all batches with force, else
+        only full ones). Returns the bookmarks it wrote (writer.Written). A failing model is an event
+        (`writer_error`, or `memory_error` for the memory model), never an exception: its batch keeps
+        the offline keywords, and every turn stays."""
         writer = self.home.writer
         written: list = []
         while writer and self.unwritten and (force or len(self.unwritten) >= writer.batch):
             batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
+            pages = [self.pages[n] for n in batch]
             try:
-                marks = writer.write([self.pages[n] for n in batch])
+                answer = writer.write(pages) if not writer.memory else writer.write(pages, self)
             except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
-                self.writer_error = " ".join(str(exc).split())[:300]
-                self.emit("writer_error", pages=[page_id(n) for n in batch], error=self.writer_error)
+                error = " ".join(str(exc).split())[:300] or type(exc).__name__
+                if writer.memory:
+                    self.memory_error = error
+                    self.emit("memory_error", pages=[page_id(n) for n in batch], error=error)
+                else:
+                    self.writer_error = error
+                    self.emit("writer_error", pages=[page_id(n) for n in batch], error=error)
                 break
+            marks = answer.marks if writer.memory else answer
             self.apply_written(marks)
+            if writer.memory:
+                self.apply_memory(answer, batch)
             written += marks
         return written
 
@@ -570,6 +581,27 @@ class Session:
         for m in marks:
             if m.page in self.pages:
                 self._bookmark(tuple(m.keywords), (m.page,), m.note, source="writer")
+
+    def apply_memory(self, answer, pages: list[int]) -> None:
+        """Keep a memory model's answer (memory.Answer): what it got wrong is one `memory_rejected`
+        event, its facts are kept (add, update, invalidate) and its state changes made."""
+        if answer.rejected:
+            self.emit("memory_rejected", pages=[page_id(n) for n in pages], rejected=list(answer.rejected))
+        if answer.facts:
+            self.add_facts(answer.facts, "model")
+        if answer.state:
+            self.apply_state(answer.state)
+
+    def apply_state(self, changes: list[tuple[str, str | None]]) -> None:
+        """A memory model's state changes, (key, value) or (key, None) to unset; replay feeds the
+        recorded ones here. One that no longer applies (an unset of a key not set) changes nothing."""
+        self.emit("state_written", changes=[{"key": k, "value": v} if v is not None else {"key": k, "unset": True}
+                                            for k, v in changes])
+        for key, value in changes:
+            try:
+                self.set_state(key, value, source="memory")
+            except InputError:  # checked when parsed; a recorded answer from an older pager may not be
+                continue
 
     def _journal_op(self, record: dict) -> None:
         self.home.journal_op(self, record)
@@ -627,7 +659,8 @@ class Session:
         """Keep a producer's answer as facts (replay feeds the recorded answer here): each placed on the
         pages of its turns, dated by its last turn unless it says when it became true."""
         self.emit("facts_written", source=source, facts=[{"subject": d.subject, "text": d.text, "turns": list(d.turns),
-                                                          **({"ts": d.ts} if d.ts is not None else {})}
+                                                          **({"ts": d.ts} if d.ts is not None else {}),
+                                                          **({"op": d.op, "target": d.target} if d.op != "add" else {})}
                                                          for d in drafts])
         turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
         drafts = [d for d in drafts if d.text.strip()]
@@ -638,9 +671,15 @@ class Session:
             for d in drafts:
                 turns = tuple(t for t in d.turns if t in turn_pages)
                 when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
+                subject, ends = d.subject, False
+                if d.op in ("update", "invalidate"):  # on the subject of the fact it replaces or ends, after it
+                    target = self.facts.get(d.target) or next((f for f in made if f.n == d.target), None)
+                    if target is None:
+                        continue
+                    subject, ends, when = target.subject, d.op == "invalidate", max(when, target.ts)
                 pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
-                made.append(Fact(len(self.facts) + len(made) + 1, d.subject, " ".join(d.text.split()), turns, pages,
-                                 when, date_label(when), source))
+                made.append(Fact(len(self.facts) + len(made) + 1, subject, " ".join(d.text.split()), turns, pages,
+                                 when, date_label(when), source, ends))
             return [{"op": "fact", **fact_record(f)} for f in made]
 
         if drafts:
@@ -657,7 +696,8 @@ class Session:
             older = self.facts.add(fact, vector)
             if event == "fact":
                 self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in fact.pages],
-                          turns=list(fact.turns), supersedes=older.id if older else "")
+                          turns=list(fact.turns), supersedes=older.id if older else "",
+                          **({"ends": True} if fact.ends else {}))
             elif event:  # another process's fact: an input replay feeds back
                 self.emit(event, **fact_record(fact))
 

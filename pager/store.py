@@ -32,8 +32,9 @@ from .facts import Fact, fact_record
 from .state import Change
 from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 5  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
-                    # 4: tables of working-state changes and facts; 5: a table of summaries
+SCHEMA_VERSION = 7  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts; 5: a table of summaries;
+                    # 6: vectors of the embedder's size (wordllama 128); 7: facts gain `ends`
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -168,18 +169,22 @@ def _turn_row(t: Turn) -> dict:
     return t.to_dict()
 
 
-def _page_row(p: Page, pieces: np.ndarray) -> dict:
+def _page_vectors(pieces: np.ndarray) -> dict:
+    """A page's stored vectors: its pieces (float16) and their normalised mean (the page's vector)."""
     pieces = np.asarray(pieces, dtype=np.float32)
     mean = pieces.mean(axis=0)
     mean /= np.linalg.norm(mean) or 1.0
+    return {"vector": mean.tolist(), "pieces": pieces.astype(np.float16).tobytes()}
+
+
+def _page_row(p: Page, pieces: np.ndarray) -> dict:
     return {
         "user": p.user, "session": p.session, "n": p.n, "text": p.text, "tokens": p.tokens,
         "first_turn": p.first_turn, "last_turn": p.last_turn,
         "spans": json.dumps([[*span, *line] for span, line in zip(p.spans, p.lines)]),
         "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
         "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
-        "importance": float(p.importance), "vector": mean.tolist(),
-        "pieces": pieces.astype(np.float16).tobytes(),
+        "importance": float(p.importance), **_page_vectors(pieces),
     }
 
 
@@ -199,11 +204,12 @@ class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
-                 notify=None, storage_options: dict[str, str] | None = None) -> None:
+                 notify=None, storage_options: dict[str, str] | None = None, matryoshka: bool = False) -> None:
         import lancedb
 
         self.uri = uri
         self.dim = dim
+        self.matryoshka = matryoshka  # the embedder's vectors are the leading dims of its bigger ones (m006)
         self.read_only = read_only
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
@@ -215,8 +221,7 @@ class LanceStore:
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
         self._tables: dict = {}
         try:
             self._open_or_create()
@@ -224,8 +229,7 @@ class LanceStore:
             raise
         except (OSError, RuntimeError, ValueError) as exc:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -246,7 +250,8 @@ class LanceStore:
             "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
-                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
+                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s),
+                                ("ends", pa.bool_())]),
             "summaries": pa.schema([("user", s), ("session", s), ("n", i), ("kind", s), ("key", s), ("version", i),
                                     ("text", s), ("pages", pa.list_(i)), ("turns", pa.list_(i)), ("ts", f),
                                     ("date", s), ("source", s)]),
@@ -292,10 +297,16 @@ class LanceStore:
         if version > SCHEMA_VERSION:
             raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
-        if int(meta.get("dim", self.dim)) != self.dim:
-            raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
-                             f"{self.dim}; set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
+        stored = int(meta.get("dim") or self.stored_dim())
+        if stored != self.dim:
+            cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
+            if not cut:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+            if self.read_only:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "run `pager migrate` to cut them (or any command that writes)")
         if self.read_only:
             self.pending_migrations = [m.__name__ for m in missing]
             return
@@ -304,7 +315,13 @@ class LanceStore:
             self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
         if missing or "schema" not in meta:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": meta.get("dim", str(self.dim))})
+            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+
+    def stored_dim(self) -> int:
+        """The size of the page vectors the store holds (its `pages` table's vector column)."""
+        if "pages" not in self._tables:
+            return self.dim
+        return self._tables["pages"].schema.field("vector").type.list_size
 
     def _set_meta(self, values: dict[str, str]) -> None:
         import pyarrow as pa
@@ -634,6 +651,14 @@ class LanceStore:
                          "try again")
 
 
+def _settings_hint(uri: str) -> str:
+    hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
+    if uri.startswith("s3+ddb://"):
+        hint += (", and for s3+ddb:// PAGER_DYNAMODB_ENDPOINT and the DynamoDB table named by ddbTableName, made with "
+                 "hash key base_uri (string) and range key version (number)")
+    return hint
+
+
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
@@ -683,6 +708,51 @@ def m005_summaries(store: LanceStore) -> None:
         store._create("summaries", store._schemas()["summaries"])
 
 
+@migration
+def m006_vector_dims(store: LanceStore) -> None:
+    """page vectors at the embedder's size (a store of 256-dim wordllama vectors is cut to 128, exactly)"""
+    import pyarrow as pa
+
+    table = store._tables["pages"]
+    table.checkout_latest()
+    stored = store.stored_dim()
+    if stored == store.dim:
+        return  # a store made at this size, or another process cut it first
+    if not store.matryoshka or stored < store.dim:
+        raise StoreError(f"the store at {store.uri} holds {stored}-dim vectors, the embedder makes {store.dim}; "
+                         "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+    schema = store._schemas()["pages"]
+    batches = []
+    for batch in table.search().limit(None).to_batches(4096):
+        rows = batch.to_pylist()
+        for row in rows:
+            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
+            row.update(_page_vectors(_cut(pieces, store.dim)))
+        batches.append(pa.Table.from_pylist(rows, schema=schema))
+    data = pa.concat_tables(batches) if batches else schema.empty_table()
+    # one overwrite: a reader sees the old version or the new one, never a mix
+    store._tables["pages"] = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+
+
+def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """Matryoshka truncation: the leading dims, renormalised (what the embedder makes at that size)."""
+    head = np.ascontiguousarray(vectors[:, :dim], dtype=np.float32)
+    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
+
+
+@migration
+def m007_fact_ends(store: LanceStore) -> None:
+    """facts gain `ends`: a record that ends the fact before it on its subject, with no new value"""
+    table = store._tables["facts"]
+    if "ends" not in table.schema.names:
+        try:
+            table.add_columns({"ends": "CAST(false AS BOOLEAN)"})
+        except (OSError, RuntimeError, ValueError):
+            table.checkout_latest()
+            if "ends" not in table.schema.names:  # not another process's migration: a real failure
+                raise
+
+
 def fact_from(r: dict) -> Fact:
     return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
-                r["date"], r["source"])
+                r["date"], r["source"], bool(r.get("ends") or False))

@@ -159,7 +159,7 @@ def begin(session, model: str, budget: int) -> None:
     cfg = session.home.config
     session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget,
                  page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
-                 embedder=cfg.embedder, resumed_turns=session.turn_count,
+                 embedder=cfg.embedder, embedder_dim=session.home.embedder.dim, resumed_turns=session.turn_count,
                  config={"map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share})
