@@ -128,7 +128,8 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
             f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
             f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
         )
-    summaries, shown_summaries, summary_frames = "", [], 0
+    summaries, summary_frames = "", 0
+    shown_summaries: list[int] = []
     if frames >= 3:
         room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count())
         summaries, shown_summaries, summary_frames = pack_summaries(session, message, room)
