@@ -291,7 +291,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
             continue
         date = session.pages[n].date_first
         line = f"- p{n}{' (' + date + ')' if date else ''}: {', '.join(keywords[:5])}"
-        cost = count(line) + 1
+        cost = session.render.line_tokens(line) + 1
         if cost > budget:
             break
         lines.append(line)
@@ -306,7 +306,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
 def next_victims(session: Session, k: int) -> list[int]:
     """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
     policy = copy.deepcopy(session.policy)
-    table = {n: copy.copy(session.table[n]) for n in session.frames.slots if n is not None}
+    table = {n: _clone(session.table[n]) for n in session.frames.slots if n is not None}
     out: list[int] = []
     for _ in range(k):
         candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]
@@ -314,3 +314,10 @@ def next_victims(session: Session, k: int) -> list[int]:
             break
         out.append(policy.victim(candidates, session.tick).n)
     return out
+
+
+def _clone(entry):
+    """A shallow copy of a page-table entry (copy.copy's generic path costs more than the prediction)."""
+    twin = object.__new__(type(entry))
+    twin.__dict__.update(entry.__dict__)
+    return twin

@@ -21,6 +21,7 @@ class Renderer:
         self._headers: dict[int, tuple[tuple, str]] = {}
         self._keyword_costs: dict[str, int] = {}
         self._block_costs: dict[int, tuple[str, int]] = {}
+        self._line_costs: dict[str, int] = {}
 
     def body(self, n: int, hide_turn: int = 0) -> str | None:
         """Text of page n as the model sees it; the current message is shown once, as the message."""
@@ -81,6 +82,15 @@ class Renderer:
         cost = self.s.tokenizer.count(block + separator)
         if n != self.s.tail_n:
             self._block_costs[n] = (header, cost)
+        return cost
+
+    def line_tokens(self, line: str) -> int:
+        """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""
+        cost = self._line_costs.get(line)
+        if cost is None:
+            if len(self._line_costs) > 100_000:
+                self._line_costs.clear()
+            cost = self._line_costs[line] = self.s.tokenizer.count(line)
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:
