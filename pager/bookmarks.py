@@ -56,6 +56,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
 _DATE_MARKER = re.compile(r"^\([^()]*\)$")  # the packer's "(9 May 2023)" line where the date changes
 
 
+@lru_cache(maxsize=65_536)
 def normalize(keyword: str) -> str:
     """The lookup form of a keyword: lower case, single spaces, no surrounding punctuation."""
     return " ".join(re.sub(r"[^\w\s.#+/-]", " ", keyword.lower()).split()).strip(" .-/")

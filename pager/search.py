@@ -137,6 +137,13 @@ class BM25:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    def __getstate__(self) -> dict:
+        """Pickled (inside the index cache) without the length norms: they are for the document count of now."""
+        state = dict(self.__dict__)
+        state.pop("_norms", None)
+        state.pop("_norms_for", None)
+        return state
+
     def add(self, words: list[str]) -> int:
         doc = len(self.lengths)
         self.lengths.append(len(words))
@@ -166,13 +173,17 @@ class BM25:
         if len(self._length_array) != n:
             self._length_array = np.array(self.lengths, dtype=np.float32)
         scale = self.k1 * self.b / (self.total / n)
+        if getattr(self, "_norms_for", None) != (n, self.total):   # a word's length norms hold until a document comes
+            self._norms, self._norms_for = {}, (n, self.total)
         for word, weight in weighted.items():
             posting = self._posting(word)
             if posting is None:
                 continue
             docs, tfs = posting
             idf = weight * math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
-            norm = tfs + self.k1 * (1 - self.b) + scale * self._length_array[docs]
+            norm = self._norms.get(word)
+            if norm is None:
+                norm = self._norms[word] = tfs + self.k1 * (1 - self.b) + scale * self._length_array[docs]
             out[docs] += idf * tfs * (self.k1 + 1) / norm
         return out
 
@@ -381,7 +392,9 @@ class Index:
             fused = np.where(kind == QUOTE, fused * ECHO, fused).astype(fused.dtype)
         m = min(pool, len(fused))
         best = np.argpartition(-fused, m - 1)[:m] if m < len(fused) else np.arange(len(fused))
-        names = {t for s in self.speakers for t in terms(s)}
+        names = self._cache.get("speaker_terms")   # _arrays() above: the cache is for these pieces, so these speakers
+        if names is None:
+            names = self._cache["speaker_terms"] = {t for s in self.speakers for t in terms(s)}
         for piece in best.tolist():
             if kind[piece] == QUESTION and fused[piece] > 0 and echoes(self.piece_terms[piece], query_terms, names):
                 fused[piece] *= ECHO
@@ -392,7 +405,10 @@ class Index:
         """Terms to add to the query: frequent in its best pieces, rare in the session (RM3-style)."""
         reads, count, weight = self.FEEDBACK
         n = len(self.bm25)
-        names = {stem(s) for s in self.speakers}
+        self._arrays()
+        names = self._cache.get("speaker_stems")
+        if names is None:
+            names = self._cache["speaker_stems"] = {stem(s) for s in self.speakers}
         scores: Counter = Counter()
         best = np.argpartition(-fused, reads - 1)[:reads] if reads < len(fused) else np.arange(len(fused))
         for piece in best.tolist():
