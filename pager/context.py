@@ -160,7 +160,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [count(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
-        cost = count(item[1]) + 1
+        cost = session.render.line_tokens(item[1]) + 1
         for b in range(slabs):
             if used[b] + cost <= limit:
                 bins[b].append(item)
@@ -243,6 +243,17 @@ def render_state(session: Session, cap: int) -> str:
     count = session.tokenizer.count
     title = render("state").strip()
     lines = state.lines(lambda c: session.render.page_dates(c.page) if c.page in session.table else "")
+    key = (cap, title, tuple(lines))
+    cached = session.render.state_block
+    if cached and cached[0] == key:   # sizing and assembly both ask, turn after turn, for the same block
+        return cached[1]
+    block = _fit_state(count, title, lines, cap)
+    session.render.state_block = (key, block)
+    return block
+
+
+def _fit_state(count, title: str, lines: list[str], cap: int) -> str:
+    """The state block of these lines within cap tokens (render_state)."""
 
     def text(kept: list[str]) -> str:
         left = len(lines) - len(kept)

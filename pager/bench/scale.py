@@ -17,11 +17,16 @@ beforehand, so the reference pays no embedding and the ratio does not flatter pa
 ingest the same turns embedded with the configured embedder and appended in batches of 1,000
 with no journal (`reference_append_turns_per_s`). `paging_ratio` = paging p95 / reference p95;
 `ingest_ratio` = durable ingest rate / reference rate.
+
+The cost of the memory tiers is measured in the same run too: the measured session is given
+recorded-style facts and a working state, and each question is assembled with them and without
+them (`paging_with_tiers_ms`, `paging_without_tiers_ms`, `tiers_paging_ratio` of their p95s).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -127,6 +132,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     config = Config.load(home=home_path, session="measured", user="u0", db=db or str(home_path / "db"))
     measured_pages = measured_pages or max(200, min(10_000, pages // 10))
     tokenizer = get_tokenizer(config.encoding)
+    load_before = os.getloadavg()[0]   # the machine's load, for reading the milliseconds (the ratios hold up better)
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress, transient=True) as bar:
@@ -176,6 +182,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
                 t0 = time.perf_counter()
                 session.search(q, k=5)
                 searching.append((time.perf_counter() - t0) * 1000)
+            tiers = _tier_costs(session, asks, base_turns + ingest_turns)
             bar.start()
             session_pages = len(session.pages)
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -192,6 +199,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     ingest_rate = ingest_turns / ingest_s
     return {
         "pages": total_pages,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "sessions": sessions + 1,
         "measured_session_pages": session_pages,
         "build_s": round(built_s, 1),
@@ -210,8 +218,46 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "reference_fts_ms": reference["fts_ms"],
         "reference_append_turns_per_s": round(reference["append_turns_per_s"], 1),
         "paging_ratio": round(float(np.percentile(paging, 95)) / max(reference["query_ms"]["p95"], 1e-9), 3),
+        **tiers,
         "ingest_ratio": round(ingest_rate / reference["append_turns_per_s"], 3),
     }
+
+
+def _tier_costs(session, asks: list[str], turns: int) -> dict:
+    """Paging + assembly with the memory tiers present against without, in the same run on the same
+    questions: the measured session gets recorded-style facts (one per 10 turns, some superseding
+    older ones on their subject, as a memory model writes them) and a working state of 12 keys; then
+    each question is assembled with the tiers and without them (the session's facts and state set
+    aside), in alternating order so neither side always follows the other."""
+    from ..facts import Draft, Facts
+    from ..state import State
+
+    rng = np.random.default_rng(23)
+    count = max(1, turns // 10)
+    drafts = []
+    for i in range(count):
+        name, thing = NAMES[int(rng.integers(len(NAMES)))], WORDS[20 + int(rng.integers(len(WORDS) - 20))]
+        drafts.append(Draft(f"{name.lower()} {thing}", f"{name}'s {thing} is {int(rng.integers(1, 5000))} since "
+                                                       f"{int(rng.integers(1, 28))} {MONTHS[int(rng.integers(12))]}",
+                            (int(rng.integers(1, turns + 1)),)))
+    session.add_facts(drafts, "recorded")
+    for i in range(12):
+        session.set_state(f"{WORDS[40 + i]}_{i}", f"{NAMES[i % len(NAMES)]} owns the {WORDS[60 + i]} until {i + 1} May")
+    tiered, bare = (session.facts, session.state), (Facts(), State())
+    with_tiers, without, shown = [], [], []
+    for i, q in enumerate(asks):
+        for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
+            session.facts, session.state = tiers
+            t0 = time.perf_counter()
+            ctx = build(session, q, prefix="You are a helpful assistant.", budget=8192)
+            (with_tiers if tiers is tiered else without).append((time.perf_counter() - t0) * 1000)
+            if tiers is tiered:
+                shown.append(len(ctx.facts))
+    session.facts, session.state = tiered
+    return {"tiers": {"facts": len(session.facts), "state_keys": len(session.state.current),
+                      "facts_shown_mean": round(float(np.mean(shown)), 1)},
+            "paging_with_tiers_ms": _percentiles(with_tiers), "paging_without_tiers_ms": _percentiles(without),
+            "tiers_paging_ratio": round(float(np.percentile(with_tiers, 95)) / max(float(np.percentile(without, 95)), 1e-9), 3)}
 
 
 def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
