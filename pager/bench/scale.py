@@ -235,7 +235,7 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     rng = np.random.default_rng(23)
     count = max(1, turns // 10)
     drafts = []
-    for i in range(count):
+    for _ in range(count):
         name, thing = NAMES[int(rng.integers(len(NAMES)))], WORDS[20 + int(rng.integers(len(WORDS) - 20))]
         drafts.append(Draft(f"{name.lower()} {thing}", f"{name}'s {thing} is {int(rng.integers(1, 5000))} since "
                                                        f"{int(rng.integers(1, 28))} {MONTHS[int(rng.integers(12))]}",
