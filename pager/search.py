@@ -69,13 +69,21 @@ def terms(text: str) -> list[str]:
             cjk = []
         if not tok:
             continue
-        tok = tok.replace("’", "'")
-        if tok.endswith("'s"):
-            tok = tok[:-2]
-        if tok in STOPWORDS or (len(tok) < 2 and not tok.isdigit()):
-            continue
-        out.append(stem(tok))
+        term = _term(tok)
+        if term is not None:
+            out.append(term)
     return out
+
+
+@lru_cache(maxsize=200_000)
+def _term(tok: str) -> str | None:
+    """A token's BM25 term (None for none): its possessive and stopwords dropped, stemmed."""
+    tok = tok.replace("’", "'")
+    if tok.endswith("'s"):
+        tok = tok[:-2]
+    if tok in STOPWORDS or (len(tok) < 2 and not tok.isdigit()):
+        return None
+    return stem(tok)
 
 
 # -- echoes: pieces that repeat the query or quote another page ----------------------------------------------
