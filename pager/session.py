@@ -81,6 +81,7 @@ class Session:
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
+        self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -351,7 +352,17 @@ class Session:
         pages = self._unembedded
         if not pages:
             return
-        vectors = self.home.embedder.embed([p.piece_text(i).split(": ", 1)[-1] for p in pages for i in range(len(p.spans))])
+        texts = [p.piece_text(i).split(": ", 1)[-1] for p in pages for i in range(len(p.spans))]
+        early = self.embedded_early   # the texts of turns embedded while the journal synced (Home._embed_early)
+        known = {t: early[t] for t in texts if t in early}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            known.update(zip(missing, self.home.embedder.embed(missing)))
+        for t in texts:
+            early.pop(t, None)
+        if len(early) > 10_000:   # texts of turns split across pages, whose pieces are embedded on their own
+            early.clear()
+        vectors = np.stack([known[t] for t in texts])
         # the store keeps float16; rounding here makes a session searched from memory and one reloaded from
         # disk rank identically, which replay relies on
         vectors = vectors.astype(np.float16).astype(np.float32)
