@@ -282,7 +282,9 @@ def search(
     k: int = typer.Option(8, "-k", help="how many pages"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
 ) -> None:
-    """Ranked pages for a query, with each signal's score and the page's bookmarks."""
+    """Ranked pages for a query, then the facts, summaries and state it names, each marked with its kind.
+
+    Pages come with each signal's score and their bookmarks; superseded facts with their dates."""
     import json
 
     if not query.strip():
@@ -297,11 +299,15 @@ def search(
     with open_home(config, read_only=True) as home:
         s = existing(home)
         hits = s.search(query, k=k, record=False)
-        rows = [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
+        rows = [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
                  "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
                  "snippet": s.render.snippet(h)} for h in hits]
+        from pager.views import tier_hits
+
+        tiers = tier_hits(s, query, k)
         if json_out:
-            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows}, ensure_ascii=False))
+            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows, "tiers": tiers},
+                                  ensure_ascii=False))
             return
         from rich.console import Console
         from rich.table import Table
@@ -314,7 +320,42 @@ def search(
             signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
                           Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
-        Console().print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
+        console = Console()
+        console.print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
+        if tiers:
+            other = Table(title=Text("in the memory tiers"), title_justify="left")
+            for name in ("kind", "id", "score", "pages", "when", "text"):
+                other.add_column(name, overflow="fold")
+            for r in tiers:
+                when = r.get("date", "")
+                if r["kind"] == "fact" and r["superseded"]:
+                    when = f"{r['date']} → {r['valid_to']} (superseded by {r['superseded_by']})"
+                elif r["kind"] == "state":
+                    when = "current" if r["current"] else "earlier value"
+                score = f"{r['score']:.3f}" if "score" in r else ""
+                other.add_row(r["kind"], r["id"], score, ",".join(r["pages"][:3]), when, Text(r["text"]))
+            console.print(other)
+
+
+@command()
+def summarize(
+    ctx: typer.Context,
+    session: Optional[str] = typer.Option(None, "--session", "-s"),
+) -> None:
+    """Summarize a session offline, no model: its closed episodes and a new rolling summary version.
+
+    An episode ends at a new day, a long silence or a topic shift; its summary is its most central
+    sentences, verbatim."""
+    from pager.summaries import Extractive
+
+    config = load_config(ctx, session=session)
+    with open_home(config) as home:
+        s = existing(home)
+        made = s.summarize(Extractive())
+        for x in made:
+            typer.echo(f"{x.id} {x.kind} {x.key!r} v{x.version} ({x.span}, {x.date}): {x.text[:160]}")
+        typer.echo(f"{len(made)} new summaries; {len(s.summaries)} in all"
+                   + (f" (the producer failed: {s.memory_error})" if s.memory_error else ""))
 
 
 @command()

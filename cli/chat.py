@@ -34,6 +34,8 @@ HELP = """commands:
   /policy NAME     switch eviction policy (clock, lru, lfu, scored)
   /pin ID, /unpin ID
   /state [KEY]     the working state (always in the prompt); with a key, every value it had
+  /facts [QUERY]   the facts memory holds, superseded ones with their dates; with a query, those for it
+  /summaries [KEY] the episode and rolling summaries; with a key, every version it had
   /help, /quit"""
 
 
@@ -232,6 +234,10 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             console.print(f"policy {session.policy.name}")
         elif name == "/state":
             console.print(views.state_table(session, arg))
+        elif name == "/facts":
+            console.print(views.facts_table(session, arg))
+        elif name == "/summaries":
+            console.print(views.summaries_table(session, arg))
         elif name in ("/pin", "/unpin"):
             if not arg:
                 console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")

@@ -30,8 +30,10 @@ ENV = {
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
+    "PAGER_DYNAMODB_ENDPOINT": "dynamodb_endpoint",
     "PAGER_LEASE_S": "lease_s",
     "PAGER_LEASE_WAIT_S": "lease_wait_s",
+    "PAGER_LEASE_IDLE_S": "lease_idle_s",
 }
 
 # The usual AWS variables → LanceDB storage option, read here so no other module reads the
@@ -71,6 +73,7 @@ class Config:
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     state_share: float = 0.15    # share of the memory budget the working state may take (it comes before pages)
     fact_share: float = 0.3      # share of the frames fact slabs may take when the session has facts
+    summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     max_steps: int = 8           # model calls per user message before the loop stops
@@ -84,9 +87,11 @@ class Config:
     s3_endpoint: str = ""        # S3-compatible endpoint URL (MinIO, R2, a local server); empty: AWS
     s3_region: str = ""          # S3 region; most S3-compatible servers want one (us-east-1)
     s3_allow_http: str = ""      # "true" lets the store talk plain http (a local S3 server)
+    dynamodb_endpoint: str = ""  # DynamoDB's URL for an s3+ddb:// store not on AWS (a local server); empty: AWS
     aws: tuple = field(default=(), repr=False)  # (storage option, value) pairs from AWS_*; kept out of repr
     lease_s: float = 30.0        # a session's write lease lapses this long after its holder was last seen
     lease_wait_s: float = 0.0    # how long a writer waits for another host's lease; 0 refuses at once
+    lease_idle_s: float = 60.0   # a lease not used to write for this long is given up (after a flush); 0: kept until close
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).expanduser())
@@ -104,12 +109,15 @@ class Config:
             raise ConfigError("autopage_share must be in (0, 1]")
         if not 0 <= self.fact_share < 1:
             raise ConfigError(f"fact_share {self.fact_share} must be in [0, 1)")
+        if not 0 <= self.summary_share < 1:
+            raise ConfigError(f"summary_share {self.summary_share} must be in [0, 1)")
         if not 0 <= self.state_share < 1:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:
             raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
-        if self.lease_s <= 0 or self.lease_wait_s < 0:
-            raise ConfigError(f"lease_s {self.lease_s} must be above 0 and lease_wait_s {self.lease_wait_s} 0 or more")
+        if self.lease_s <= 0 or self.lease_wait_s < 0 or self.lease_idle_s < 0:
+            raise ConfigError(f"lease_s {self.lease_s} must be above 0, lease_wait_s {self.lease_wait_s} and "
+                              f"lease_idle_s {self.lease_idle_s} 0 or more")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
 
@@ -119,12 +127,15 @@ class Config:
 
     @property
     def storage_options(self) -> dict[str, str]:
-        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings."""
+        """LanceDB `storage_options` for an object-store --db: AWS_* variables, then PAGER_S3_* settings
+        (and PAGER_DYNAMODB_ENDPOINT for s3+ddb://, whose commits go through a DynamoDB table)."""
         options = dict(self.aws)
         for key, value in (("endpoint", self.s3_endpoint), ("region", self.s3_region),
                            ("allow_http", self.s3_allow_http)):
             if value:
                 options[key] = value
+        if self.dynamodb_endpoint and self.db_uri.startswith("s3+ddb://"):
+            options["dynamodb_endpoint"] = self.dynamodb_endpoint  # LanceDB's DynamoDB commit store
         if options.get("endpoint", "").startswith("http://") and "allow_http" not in options:
             options["allow_http"] = "true"  # an http:// endpoint says so already
         return options

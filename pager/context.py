@@ -42,6 +42,7 @@ class Context:
     budget: int
     dropped: list[int] = field(default_factory=list)
     facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
+    summaries: list[int] = field(default_factory=list)   # summary numbers shown, in rank order
 
     @property
     def system(self) -> str:
@@ -125,17 +126,53 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         )
     ranked = rank_facts(session, message) if frames >= 3 else []
     slabs = len(pack_slabs(session, ranked, max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))))
-    session.resize(frames - slabs)
+    room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count() - slabs) if frames >= 3 else 0
+    summaries, shown_summaries, summary_frames = pack_summaries(session, message, room)
+    session.resize(frames - slabs - summary_frames)
     hits = session.autopage(message) if autopage and message else []
     resident = set(session.resident())  # a fact whose pages are all shown adds nothing: the next one goes in
     packed = pack_slabs(session, [(f, line) for f, line in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
     if len(packed) < slabs:  # fewer facts were new than frames set aside: the rest go back to pages
-        session.resize(frames - len(packed))
+        session.resize(frames - len(packed) - summary_frames)
         hits = session.autopage(message) if autopage and message else []
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                   state, [slab_text(slab) for slab in packed])
+                   state, [slab_text(slab) for slab in packed], summaries)
     ctx.facts = [f.n for slab in packed for f, _ in slab]
+    ctx.summaries = shown_summaries
     return ctx
+
+
+SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they cover]"
+
+
+def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, list[int], int]:
+    """(block, summary numbers, frames it takes): the episode summaries the message is about, best
+    first, in at most `frames` whole frames (block and separator counted exactly). A summary longer
+    than the room left is cut to it when it is the first; later ones that do not fit are passed over."""
+    if frames <= 0 or not session.summaries.episodes() or not message.strip():
+        return "", [], 0
+    count, capacity = session.tokenizer.count, frames * session.page_tokens
+    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    lines: list[str] = []
+    shown: list[int] = []
+    for s, _ in session.summaries.search(message, vector):
+        if s.kind != "episode":
+            continue   # the rolling summary has its place in the memory map
+        line = session.summaries.line(s)
+        if count("\n".join([SUMMARIES_TITLE, *lines, line]) + SEPARATOR) > capacity:
+            if lines:
+                continue
+            line = session.tokenizer.fit(line, capacity - count(SUMMARIES_TITLE + "\n" + SEPARATOR))
+            while line and count("\n".join([SUMMARIES_TITLE, line]) + SEPARATOR) > capacity:
+                line = line[:-1]   # a merge at the joins may cost a token more than the parts
+            if len(line) < 16:
+                return "", [], 0
+        lines.append(line)
+        shown.append(s.n)
+    if not lines:
+        return "", [], 0
+    block = "\n".join([SUMMARIES_TITLE, *lines])
+    return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
 
 
 FACTS_TITLE = "[facts]"
@@ -174,7 +211,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] | None = None) -> Context:
+             slabs: list[str] | None = None, summaries: str = "") -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -185,7 +222,8 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     """
     count = session.tokenizer.count
     shown: list[int] = []
-    blocks: list[str] = ([state] if state else []) + list(slabs or [])  # the state, then fact slabs: never dropped
+    # the state, the summaries, then fact slabs: never dropped
+    blocks: list[str] = ([state] if state else []) + ([summaries] if summaries else []) + list(slabs or [])
     costs: list[int] = [count(block + SEPARATOR) for block in blocks]
     fixed = len(blocks)
     for n in session.resident():
@@ -226,9 +264,11 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     map_tokens = count(memory_map)
     state_tokens = costs[0] if state else 0
-    fact_tokens = sum(costs[1 if state else 0 : fixed])
+    summary_tokens = costs[1 if state else 0] if summaries else 0
+    fact_tokens = sum(costs[bool(state) + bool(summaries) : fixed])
     ctx.tokens = {"prefix": prefix_tokens, "map": map_tokens, "state": state_tokens, "facts": fact_tokens,
-                  "pages": memory - map_tokens - state_tokens - fact_tokens, "memory": memory,
+                  **({"summaries": summary_tokens} if summaries else {}),   # traces before summaries lack the key
+                  "pages": memory - map_tokens - state_tokens - fact_tokens - summary_tokens, "memory": memory,
                   "message": message_part and message_part - MESSAGE_OVERHEAD, "scratch": scratch_tokens,
                   "total": used}
     return ctx
@@ -285,6 +325,9 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         return session.tokenizer.fit(text, reserve)
     if notice and count(text + "\n" + notice) <= reserve:
         text += "\n" + notice.rstrip("\n")
+    rolling = rolling_line(session, reserve - count(text + "\n"))
+    if rolling and count(text + rolling) <= reserve:
+        text += rolling
     title = "bookmarks of pages on disk (page_in an id or keyword):"
     if count(text + "\n" + title) + 12 <= reserve:
         text += "\n" + title
@@ -332,3 +375,18 @@ def _clone(entry):
     twin = object.__new__(type(entry))
     twin.__dict__.update(entry.__dict__)
     return twin
+
+
+ROLLING_MIN = 48   # the least room in the memory map worth a rolling summary
+
+
+def rolling_line(session: Session, room: int) -> str:
+    """"\\n" and the current rolling summary, in at most half the map's room left (the bookmarks keep
+    the rest); "" when there is none or the map is too small for it."""
+    rolling = session.summaries.rolling
+    if rolling is None or room < 2 * ROLLING_MIN:
+        return ""
+    line = session.tokenizer.fit(f"so far ({rolling.id}, {rolling.span}): {rolling.text}", room // 2)
+    while line and session.tokenizer.count("\n" + line) > room // 2:
+        line = line[:-1]
+    return "\n" + line if line else ""

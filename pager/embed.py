@@ -19,19 +19,30 @@ from .errors import ConfigError
 
 class Embedder(Protocol):
     name: str
-    dim: int
+    dim: int   # an embedder may also say `matryoshka = True`: its vectors are the leading dims of its bigger ones
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class WordLlamaEmbedder:
-    name = "wordllama"
-    dim = 256
+    """wordllama's 256-dim model cut to its first `dim` dimensions. The model is Matryoshka-trained
+    (its leading dimensions carry a smaller model), and an embedding is the mean of token vectors, so
+    the first 128 dims of a 256-dim embedding, renormalised, are exactly the 128-dim embedding: a store
+    of 256-dim vectors is brought to 128 by cutting them (store.m006_vector_dims), no re-embedding.
+    128 dims: LoCoMo recall within noise of 256 at half the index memory and dot-product cost
+    (BENCHMARKS.md, "The 128-dim vector switch")."""
 
-    def __init__(self) -> None:
+    name = "wordllama"
+    dim = 128
+    FULL_DIM = 256       # the weights shipped in the package
+    matryoshka = True    # a vector of more dims from this model, cut to `dim` and renormalised, is its own
+
+    def __init__(self, dim: int | None = None) -> None:
         import logging
         import os
 
+        if dim is not None:
+            self.dim = dim
         # wordllama calls logging.basicConfig(level=INFO) on import; undo that so the host's logging stays as it was
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
@@ -44,7 +55,8 @@ class WordLlamaEmbedder:
                 root.removeHandler(handler)
 
         folder = os.path.dirname(wordllama.__file__)
-        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.dim)
+        cut = self.dim if self.dim != self.FULL_DIM else None
+        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.FULL_DIM, trunc_dim=cut)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -121,17 +133,34 @@ class LiteLLMEmbedder:
         return vectors / np.where(norms == 0, 1, norms)
 
 
+WORDLLAMA_DIMS = ("64", "128", "256")  # the Matryoshka sizes of the 256-dim weights shipped with the package
+
+
+def trace_embedder(name: str, dim: int | None) -> str:
+    """The embedder to replay a trace with: the one it was recorded with, at the size it had (a trace
+    written before traces carried `embedder_dim` was recorded with wordllama at 256 dims)."""
+    if name == "wordllama" and (dim or 256) != WordLlamaEmbedder.dim:
+        return f"wordllama:{dim or 256}"
+    return name
+
+
 OTHERWISE = ("use wordllama (offline, the default), hash, or a litellm embedding model such as "
              "text-embedding-3-small with its key set")
 _CACHE: dict[str, Embedder] = {}
 
 
 def make_embedder(name: str) -> Embedder:
-    """The embedder called `name`, loaded once per process."""
+    """The embedder called `name`, loaded once per process. `wordllama:256` (or :64) is wordllama at
+    another size: what an earlier release stored (256), or what a trace recorded with it replays with."""
     if name not in _CACHE:
-        if name == "wordllama":
+        if name == "wordllama" or name.startswith("wordllama:"):
+            dim = name.partition(":")[2]
+            if dim and dim not in WORDLLAMA_DIMS:
+                raise ConfigError(f"PAGER_EMBEDDER={name!r}: wordllama comes in {', '.join(WORDLLAMA_DIMS)} dims; "
+                                  "use wordllama (128) or wordllama:256")
             try:
-                _CACHE[name] = WordLlamaEmbedder()
+                _CACHE[name] = WordLlamaEmbedder(int(dim) if dim else None)
+                _CACHE[name].name = name
             except ImportError as exc:
                 raise ConfigError(f"wordllama is not installed ({exc}); reinstall pager or set PAGER_EMBEDDER=hash") from None
         elif name == "hash":

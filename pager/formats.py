@@ -195,3 +195,23 @@ def parse_locomo_observations(path: Path) -> dict[str, list[tuple[str, str, list
                     if refs:
                         facts.append((f"{speaker} · {refs[0]} · {len(facts) + 1}", str(item[0]), refs))
     return out
+
+
+def parse_locomo_session_summaries(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """sample_id → the dataset's `session_summary` entries as episodes (key, text, refs of the turns of
+    that session): a memory model's recorded output, one episode summary per conversation session."""
+    data = json.loads(read_text(path))
+    out: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for i, sample in enumerate(data if isinstance(data, list) else [data]):
+        sid = str(sample.get("sample_id") or f"sample-{i}")
+        conv = sample.get("conversation") or {}
+        episodes = out.setdefault(sid, [])
+        summaries = sample.get("session_summary") or {}
+        for key in sorted(summaries, key=lambda k: int(re.sub(r"\D", "", k) or 0)):
+            number = re.sub(r"\D", "", key)
+            text = summaries[key]
+            turns = conv.get(f"session_{number}") or []
+            refs = [str(t.get("dia_id") or f"D{number}:{j + 1}") for j, t in enumerate(turns) if isinstance(t, dict)]
+            if isinstance(text, str) and text.strip() and refs:
+                episodes.append((f"session {number}", text.strip(), refs))
+    return out

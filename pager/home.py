@@ -120,8 +120,9 @@ class Home:
         self._closed = False
         self.recovered = 0
         # the lease clock is the wall clock whatever clock the session uses: other hosts compare against it
+        self._closing = False
         self.leases = Leases(lambda: self.store, os.path.abspath(self.path), config.lease_s, config.lease_wait_s,
-                             warn=self.warn)
+                             warn=self.warn, idle_s=config.lease_idle_s, on_idle=self._release_idle)
         if not read_only:
             self._sweep_tmp()
             self.recovered = self.recover()
@@ -160,7 +161,8 @@ class Home:
                 self._store = MemoryStore(self.embedder.dim)  # nothing was ever stored here
             else:
                 self._store = LanceStore(uri, self.embedder.dim, read_only=self.read_only, notify=self.warn,
-                                         storage_options=self.config.storage_options)
+                                         storage_options=self.config.storage_options,
+                                         matryoshka=getattr(self.embedder, "matryoshka", False))
                 if self._store.pending_migrations:
                     self.warn(f"the store at {uri} lacks migration(s) {', '.join(self._store.pending_migrations)}; "
                               "run `pager migrate` (a command that only looks does not migrate)")
@@ -207,7 +209,8 @@ class Home:
             return None
         from .search import Index
 
-        return index if isinstance(index, Index) else None
+        # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
+        return index if isinstance(index, Index) and index.dim == self.embedder.dim else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
@@ -246,7 +249,7 @@ class Home:
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, self.store.state(s.user, s.name), pages,
                             self.store.bookmarks(s.user, s.name), tail, self.store.state_changes(s.user, s.name),
-                            self.store.facts(s.user, s.name))
+                            self.store.facts(s.user, s.name), self.store.summaries(s.user, s.name))
         path = self._snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -421,10 +424,10 @@ class Home:
             parts = {s: s.take_pending() for s in self.sessions.values()}
             for s, part in list(parts.items()):
                 if (part.turns or part.bookmarks) and self.leases.applies():
-                    self.leases.ensure(s.user, s.name)  # held since they were accepted; refused if it lapsed
+                    self.leases.ensure(s.user, s.name, touch=False)  # held since they were accepted; refused if it lapsed
                 elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
                     try:  # pages sealed from what another home wrote: written by whoever holds the lease
-                        self.leases.ensure(s.user, s.name, wait=False)
+                        self.leases.ensure(s.user, s.name, wait=False, touch=False)
                     except LeaseHeld:
                         del parts[s]
             batch = Batch()
@@ -435,6 +438,7 @@ class Home:
                 batch.bookmarks += part.bookmarks
                 batch.changes += part.changes
                 batch.facts += part.facts
+                batch.summaries += part.summaries
                 batch.states.update(part.states)
             if batch:
                 try:
@@ -454,6 +458,22 @@ class Home:
                     self.store.compact(self.config.keep_versions_s)
             if self.journal.written:
                 self.journal.rotate()
+
+    def _release_idle(self, keys: list[tuple[str, str]]) -> None:
+        """Give up the leases of sessions this home has not written for lease_idle_s (called by the lease
+        thread): flush first, so everything accepted is in the store for the next holder. Skipped while
+        a write is under way (then the session is not idle) and while another live process of this home
+        shares the leases (its journal may hold turns of the session not yet in the store)."""
+        if not self._mutex.acquire(blocking=False):
+            return
+        try:
+            if self._closing or self.journal.segments():
+                return
+            self.flush()
+            idle = set(self.leases.idle())  # under the mutex nothing was written since: still idle
+            self.leases.give_up([key for key in keys if key in idle])
+        finally:
+            self._mutex.release()
 
     def recover(self) -> int:
         """Write journal segments left by dead processes into the store; returns turns recovered.
@@ -535,6 +555,8 @@ class Home:
         if self._early is not None:   # idle: accept waits for what it hands over
             self._early.shutdown()
             self._early = None
+        with self._mutex:
+            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         if self.read_only:
             self._closed = True
             return
@@ -612,6 +634,7 @@ class Snapshot:
     tail: list
     saved_changes: list = field(default_factory=list)   # the working state's changes
     saved_facts: list = field(default_factory=list)
+    saved_summaries: list = field(default_factory=list)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -634,6 +657,9 @@ class Snapshot:
 
     def facts(self, user: str, session: str, after: int = 0) -> list:
         return [f for f in self.saved_facts if f.n > after]
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list:
+        return [x for x in self.saved_summaries if x.n > after]
 
     def turns(self, user: str, session: str, after: int = 0) -> list:
         if after != self.after:  # only the open tail page's turns were kept

@@ -50,6 +50,8 @@ OPS: dict[str, dict] = {
               "turn": int, "ts": (int, float), "source": str},
     "fact": {"user": str, "session": str, "n": int, "subject": str, "text": str, "turns": list, "pages": list,
              "ts": (int, float), "date": str, "source": str},
+    "summary": {"user": str, "session": str, "n": int, "kind": str, "key": str, "version": int, "text": str,
+                "pages": list, "turns": list, "ts": (int, float), "date": str, "source": str},
 }
 
 
@@ -75,6 +77,9 @@ def valid(op) -> str:
         return "a state change needs a number of 1 or more, a key, and a value unless it unsets"
     if op["op"] == "fact" and (op["n"] < 1 or not op["text"].strip()):
         return "a fact needs a number of 1 or more and some text"
+    if op["op"] == "summary" and (op["n"] < 1 or op["version"] < 1 or not op["text"].strip() or len(op["pages"]) != 2
+                                  or len(op["turns"]) != 2 or not all(type(x) is int for x in op["pages"] + op["turns"])):
+        return "a summary needs a number and version of 1 or more, some text, and first and last page and turn"
     return ""
 
 

@@ -12,8 +12,13 @@ other's journals), and it names the process that last renewed it: `host:pid:home
 entry {holder, home, expires, seen} in the store's `leases` table, changed only by a
 compare-and-swap on its row (LanceStore.swap_lease), so two hosts claiming at once cannot both
 win. A home takes the lease before it writes a session (Home.accept, journal_op, flush,
-recover), a background thread renews every lease_s/3 while it is held, and close releases it
-after the closing flush, when everything the home accepted is in the store. Another home is
+recover) and a background thread renews it every lease_s/3 while it is in use. A lease is held
+while the session is being written, not while it is open: once the home has not written the
+session for idle_s (PAGER_LEASE_IDLE_S), the thread asks the home to flush (Home._release_idle)
+and gives the lease up, so a chat left open on one host does not keep the others from writing.
+The next write takes it again and, since another home may have written meanwhile, reads what the
+store holds before it numbers a turn. Close releases every lease after the closing flush, when
+everything the home accepted is in the store. Another home is
 refused with one line naming the holder, or waits up to lease_wait_s. A holder killed with
 SIGKILL stops renewing: its lease lapses lease_s after it was last seen, and its journal is
 recovered by its own home on restart (once it can take the lease again).
@@ -42,7 +47,8 @@ class Leases:
     POLL_S = 0.1  # how often a waiting writer looks again: a hand-over costs about half of it, plus one read
 
     def __init__(self, store: Callable[[], object], home: str, lease_s: float, wait_s: float,
-                 clock: Callable[[], float] = time.time, warn: Callable[[str], None] = log.warning) -> None:
+                 clock: Callable[[], float] = time.time, warn: Callable[[str], None] = log.warning,
+                 idle_s: float = 0.0, on_idle: Callable[[list[tuple[str, str]]], None] | None = None) -> None:
         host = socket.gethostname()
         self.home = f"{host}:{home}"
         self.holder = f"{host}:{os.getpid()}:{home}"
@@ -52,6 +58,9 @@ class Leases:
         self._store = store
         self._warn = warn
         self.held: dict[tuple[str, str], float] = {}   # (user, session) → when it was last renewed
+        self.used: dict[tuple[str, str], float] = {}   # (user, session) → when this home last wrote it
+        self.idle_s = idle_s                           # 0: held until the home closes
+        self._on_idle = on_idle
         self._mutex = threading.Lock()
         self._round = threading.Lock()   # a renewal round; release waits for it, so nothing is re-taken after
         self._stop = threading.Event()
@@ -77,14 +86,17 @@ class Leases:
 
         return self._swap(user, session, change)
 
-    def ensure(self, user: str, session: str, wait: bool = True) -> bool:
+    def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True) -> bool:
         """Hold the session's lease before writing it. Returns True when it was just taken (another
         home may have written the session since: read the store). Raises LeaseHeld when another home
-        holds it and does not let go within lease_wait_s (or at once when wait is False)."""
+        holds it and does not let go within lease_wait_s (or at once when wait is False). touch says
+        the session is being written (the idle clock starts again); a flush does not touch."""
         key = (user, session)
         if not self.applies():
             return False
         with self._mutex:
+            if touch or key not in self.used:
+                self.used[key] = self.clock()
             renewed = self.held.get(key)
         if renewed is not None and self.clock() - renewed < self.lease_s / 3:
             return False
@@ -107,7 +119,7 @@ class Leases:
     def refusal(self, session: str, entry: dict) -> str:
         now = self.clock()
         return (f"session {session!r} is being written by {entry['holder']} (last seen {max(0.0, now - entry['seen']):.0f} s "
-                f"ago); wait until it closes or its lease lapses in {max(0.0, entry['expires'] - now):.0f} s, "
+                f"ago); wait until it goes idle or closes, or its lease lapses in {max(0.0, entry['expires'] - now):.0f} s, "
                 "or set PAGER_LEASE_WAIT_S to wait for it")
 
     def release(self) -> None:
@@ -123,6 +135,31 @@ class Leases:
                            f"{self.lease_s:.0f} s")
             with self._mutex:
                 self.held.pop((user, session), None)
+                self.used.pop((user, session), None)
+
+    def idle(self) -> list[tuple[str, str]]:
+        """The leases held that this home has not used for idle_s (none when idle_s is 0)."""
+        if not self.idle_s:
+            return []
+        now = self.clock()
+        with self._mutex:
+            return [key for key in self.held if now - self.used.get(key, now) >= self.idle_s]
+
+    def give_up(self, keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Release the leases of idle sessions whose writes are all in the store (the caller flushed,
+        holding the home's write mutex, so nothing was written since). Returns the keys released."""
+        given = []
+        for user, session in keys:
+            try:
+                self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
+            except PagerError as exc:
+                self._warn(f"could not give up the idle lease of session {session!r} ({exc}); trying again later")
+                continue
+            with self._mutex:
+                self.held.pop((user, session), None)
+                self.used.pop((user, session), None)
+            given.append((user, session))
+        return given
 
     def stop(self) -> None:
         """Stop renewing without releasing (a crash path: the journal is kept, the lease lapses)."""
@@ -134,9 +171,20 @@ class Leases:
             self._thread.start()
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
+        every = self.lease_s / 3
+        while not self._stop.wait(min(every, self.idle_s / 4) if self.idle_s else every):
             with self._round:
-                if not self._stop.is_set():
+                if self._stop.is_set():
+                    continue
+                idle = self.idle()
+                if idle and self._on_idle is not None:
+                    try:
+                        self._on_idle(idle)
+                    except Exception as exc:  # noqa: BLE001 - kept, renewed, tried again next round
+                        self._warn(f"could not give up idle leases ({exc}); they stay held and renewed")
+                with self._mutex:
+                    due = any(self.clock() - renewed >= 0.9 * every for renewed in self.held.values())
+                if due:
                     self._renew_all()
 
     def _renew_all(self) -> None:

@@ -19,19 +19,21 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
+from .embed import trace_embedder
 from .errors import InputError, PagerError
 from .home import Home
 from .page import parse_page_id
 from .facts import Draft
 from .state import Change
 from .store import MemoryStore, fact_from
+from .summaries import Draft as SummaryDraft, summary_from
 from .trace import Event, read_trace
 from .writer import Written
 
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error", "state_in", "facts_written", "memory_error", "fact_in"}
+          "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "summaries_written", "summary_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -141,10 +143,11 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
     extra = start.get("config", {})
     return Config(home=home, session=start.get("session", "replay"), user=start.get("user", ""),
                   budget=start["budget"], page_tokens=start["page_tokens"], policy=policy or start["policy"],
-                  tokenizer=start.get("tokenizer", ""), embedder=start.get("embedder", "wordllama"),
+                  tokenizer=start.get("tokenizer", ""), embedder=trace_embedder(start.get("embedder", "wordllama"), start.get("embedder_dim")),
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
-                  output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0))
+                  output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
+                  **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 
 class _Clock:
@@ -253,6 +256,11 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "facts_written":   # the memory model's recorded answer; replay calls no model
             session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
                               event["source"])
+        elif kind == "summaries_written":   # a summary producer's recorded answer; replay calls no producer
+            session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]), x.get("ts"))
+                                   for x in event["summaries"]], event["source"])
+        elif kind == "summary_in":   # a summary another process made, taken in by sync
+            session._keep_summaries([summary_from(event)], event="")
         elif kind == "fact_in":   # a fact another process made, taken in by sync
             session._keep_facts([fact_from(event)], event="")
         elif kind == "state_in":   # a state change another process made, taken in by sync
@@ -280,6 +288,7 @@ def _resume(session, event: dict, policy: str | None) -> None:
     session.load_paging_state(state)
     session.state.take([Change.from_record(c) for c in event.get("changes", [])])
     session._keep_facts([fact_from(f) for f in event.get("facts", [])], event="")
+    session._keep_summaries([summary_from(x) for x in event.get("summaries", [])], event="")
 
 
 def _change(event: dict) -> Change:

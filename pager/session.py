@@ -25,6 +25,7 @@ from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind,
 from .facts import Draft, Fact, Facts, fact_record
 from .state import Change, State, check as check_state
 from .store import Batch, fact_from
+from .summaries import Draft as SummaryDraft, Summaries, Summary, summary_event, summary_from, summary_record
 from .trace import Events
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class Session:
         self.facts = Facts()            # facts a memory model made (or its recorded output), none deleted
         self.memory_error = ""          # the memory model's last failure, if any
         self._facts_waiting: dict[int, Fact] = {}
+        self.summaries = Summaries()    # episode and rolling summaries, every version kept
+        self._summaries_waiting: dict[int, Summary] = {}
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -156,6 +159,7 @@ class Session:
         self._take(store.turns(self.user, self.name, after=self.turn_count))
         self.state.take(store.state_changes(self.user, self.name))
         self._keep_facts(store.facts(self.user, self.name), event="")
+        self._keep_summaries(store.summaries(self.user, self.name), event="")
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -405,6 +409,9 @@ class Session:
         facts = [fact_from(op) for op in ops if op["op"] == "fact"]
         if facts:
             self._take_facts(facts)
+        summaries = [summary_from(op) for op in ops if op["op"] == "summary"]
+        if summaries:
+            self._take_summaries(summaries)
         self._embed_pending()
         self.generation = generation
 
@@ -437,6 +444,10 @@ class Session:
         self.pending.facts += [(self.user, self.name, f) for f in facts]
         if facts:
             self._take_facts(facts, event="")
+        summaries = [summary_from(op) for op in ops if op["op"] == "summary"]
+        self.pending.summaries += [(self.user, self.name, x) for x in summaries]
+        if summaries:
+            self._take_summaries(summaries, event="")
         self._embed_pending()
         return len(turns)
 
@@ -681,6 +692,79 @@ class Session:
         while len(self.facts) + len(ready) + 1 in self._facts_waiting:
             ready.append(self._facts_waiting.pop(len(self.facts) + len(ready) + 1))
         self._keep_facts(ready, event)
+
+    # -- summaries --------------------------------------------------------------------------------------
+    def summarize(self, producer, pages: list[int] | None = None) -> list[Summary]:
+        """Ask a producer (a memory model, its recorded output, or the extractive one) for episode and
+        rolling summaries of pages (all sealed pages and the tail if none are named). A failing
+        producer is an event and `memory_error`, never an exception: the turns stay."""
+        pages = sorted(self.pages) + [self.tail_n] if pages is None else pages
+        try:
+            drafts = list(producer(self, pages))
+        except Exception as exc:  # noqa: BLE001 - any provider failure; summaries only ever add
+            self.memory_error = " ".join(str(exc).split())[:300]
+            self.emit("memory_error", pages=[page_id(n) for n in pages[:50]], error=self.memory_error)
+            return []
+        return self.add_summaries(drafts, getattr(producer, "source", "model"))
+
+    def add_summaries(self, drafts: list[SummaryDraft], source: str) -> list[Summary]:
+        """Keep a producer's answer as summaries (replay feeds the recorded answer here): each covers
+        the pages of its first to its last turn, dated by its last turn; a key held already gets its
+        next version, and the older one stays."""
+        self.emit("summaries_written", source=source, summaries=[
+            {"kind": d.kind, "key": d.key, "text": d.text, "turns": list(d.turns), **({"ts": d.ts} if d.ts is not None else {})}
+            for d in drafts])
+        drafts = [d for d in drafts if d.text.strip() and d.kind in ("rolling", "episode")]
+        turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
+        made: list[Summary] = []
+
+        def ops() -> list[dict]:  # numbered under the session's lock, after the summaries other processes made
+            self._take_summaries([], store=True)
+            versions: dict[str, int] = {}
+            for d in drafts:
+                first, last = min(d.turns), max(d.turns)
+                if first not in turn_pages or last not in turn_pages:
+                    continue   # turns this session does not hold: nothing to cover
+                version = versions.get(d.key) or self.summaries.next_version(d.key)
+                versions[d.key] = version + 1
+                ts = d.ts if d.ts is not None else turn_pages[last][1]
+                made.append(Summary(len(self.summaries) + len(made) + 1, d.kind, " ".join(d.key.split()), version,
+                                    " ".join(d.text.split()), (min(turn_pages[first][0]), max(turn_pages[last][0])),
+                                    (first, last), ts, date_label(ts), source))
+            return [{"op": "summary", **summary_record(x)} for x in made]
+
+        if drafts:
+            self.home.journal_op(self, ops)
+            self.pending.summaries += [(self.user, self.name, x) for x in made]
+            self._keep_summaries(made)
+        return made
+
+    def _keep_summaries(self, summaries: list[Summary], event: str = "summary") -> None:
+        if not summaries:
+            return
+        vectors = self.home.embedder.embed([x.text for x in summaries]).astype(np.float16).astype(np.float32)
+        for summary, vector in zip(summaries, vectors):
+            older = self.summaries.add(summary, vector)
+            if event == "summary":
+                self.emit("summary", summary=summary.id, type=summary.kind, key=summary.key, version=summary.version,
+                          pages=[page_id(p) for p in summary.pages], turns=list(summary.turns),
+                          follows=older.id if older else "")
+            elif event:  # another process's summary: an input replay feeds back
+                self.emit(event, **summary_event(summary))
+
+    def _take_summaries(self, summaries: list[Summary], store: bool = False, event: str = "summary_in") -> None:
+        """Summaries other processes made, in number order (one ahead of a gap waits; the store fills gaps)."""
+        for x in summaries:
+            if x.n > len(self.summaries):
+                self._summaries_waiting.setdefault(x.n, x)
+        if store or self._summaries_waiting:
+            self.home.store.refresh()
+            for x in self.home.store.summaries(self.user, self.name, after=len(self.summaries)):
+                self._summaries_waiting.setdefault(x.n, x)
+        ready: list[Summary] = []
+        while len(self.summaries) + len(ready) + 1 in self._summaries_waiting:
+            ready.append(self._summaries_waiting.pop(len(self.summaries) + len(ready) + 1))
+        self._keep_summaries(ready, event)
 
     def _turn_pages(self, wanted: set[int]) -> dict[int, tuple[list[int], float]]:
         """turn → (the pages holding it, its timestamp), for the turns asked about."""

@@ -30,9 +30,11 @@ from .errors import StoreError
 from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
+from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 4  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
-                    # 4: tables of working-state changes and facts
+SCHEMA_VERSION = 6  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+                    # 4: tables of working-state changes and facts; 5: a table of summaries;
+                    # 6: vectors of the embedder's size (wordllama 128)
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -53,15 +55,17 @@ class Batch:
     states: dict[tuple[str, str], dict] = field(default_factory=dict)         # (user, session) → snapshot
     changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
     facts: list[tuple[str, str, Fact]] = field(default_factory=list)          # (user, session, fact)
+    summaries: list[tuple[str, str, Summary]] = field(default_factory=list)   # (user, session, summary)
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts)
+        return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts
+                    or self.summaries)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
                      self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes,
-                     self.facts + later.facts)
+                     self.facts + later.facts, self.summaries + later.summaries)
 
 
 class Store(Protocol):
@@ -74,6 +78,7 @@ class Store(Protocol):
     def state(self, user: str, session: str) -> dict | None: ...
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]: ...
     def sessions(self) -> list[dict]: ...
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -91,6 +96,7 @@ class MemoryStore:
         self._states: dict[tuple[str, str], dict] = {}
         self._changes: dict[tuple[str, str], dict[int, Change]] = {}
         self._facts: dict[tuple[str, str], dict[int, Fact]] = {}
+        self._summaries: dict[tuple[str, str], dict[int, Summary]] = {}
         self.writes = 0
 
     def put(self, batch: Batch) -> None:
@@ -106,6 +112,8 @@ class MemoryStore:
             self._changes.setdefault((user, session), {}).setdefault(c.seq, c)
         for user, session, f in batch.facts:
             self._facts.setdefault((user, session), {}).setdefault(f.n, f)
+        for user, session, x in batch.summaries:
+            self._summaries.setdefault((user, session), {}).setdefault(x.n, x)
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -136,6 +144,10 @@ class MemoryStore:
         rows = self._facts.get((user, session), {})
         return [rows[k] for k in sorted(rows) if k > after]
 
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]:
+        rows = self._summaries.get((user, session), {})
+        return [rows[k] for k in sorted(rows) if k > after]
+
     def sessions(self) -> list[dict]:
         keys = set(self._turns) | set(self._pages)
         return [
@@ -157,18 +169,22 @@ def _turn_row(t: Turn) -> dict:
     return t.to_dict()
 
 
-def _page_row(p: Page, pieces: np.ndarray) -> dict:
+def _page_vectors(pieces: np.ndarray) -> dict:
+    """A page's stored vectors: its pieces (float16) and their normalised mean (the page's vector)."""
     pieces = np.asarray(pieces, dtype=np.float32)
     mean = pieces.mean(axis=0)
     mean /= np.linalg.norm(mean) or 1.0
+    return {"vector": mean.tolist(), "pieces": pieces.astype(np.float16).tobytes()}
+
+
+def _page_row(p: Page, pieces: np.ndarray) -> dict:
     return {
         "user": p.user, "session": p.session, "n": p.n, "text": p.text, "tokens": p.tokens,
         "first_turn": p.first_turn, "last_turn": p.last_turn,
         "spans": json.dumps([[*span, *line] for span, line in zip(p.spans, p.lines)]),
         "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
         "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
-        "importance": float(p.importance), "vector": mean.tolist(),
-        "pieces": pieces.astype(np.float16).tobytes(),
+        "importance": float(p.importance), **_page_vectors(pieces),
     }
 
 
@@ -188,11 +204,12 @@ class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
-                 notify=None, storage_options: dict[str, str] | None = None) -> None:
+                 notify=None, storage_options: dict[str, str] | None = None, matryoshka: bool = False) -> None:
         import lancedb
 
         self.uri = uri
         self.dim = dim
+        self.matryoshka = matryoshka  # the embedder's vectors are the leading dims of its bigger ones (m006)
         self.read_only = read_only
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
@@ -204,8 +221,7 @@ class LanceStore:
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
         self._tables: dict = {}
         try:
             self._open_or_create()
@@ -213,8 +229,7 @@ class LanceStore:
             raise
         except (OSError, RuntimeError, ValueError) as exc:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; check --db / PAGER_DB"
-                             " (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -236,6 +251,9 @@ class LanceStore:
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
                                 ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
+            "summaries": pa.schema([("user", s), ("session", s), ("n", i), ("kind", s), ("key", s), ("version", i),
+                                    ("text", s), ("pages", pa.list_(i)), ("turns", pa.list_(i)), ("ts", f),
+                                    ("date", s), ("source", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -278,10 +296,16 @@ class LanceStore:
         if version > SCHEMA_VERSION:
             raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
-        if int(meta.get("dim", self.dim)) != self.dim:
-            raise StoreError(f"the store at {self.uri} holds {meta['dim']}-dim vectors, the embedder makes "
-                             f"{self.dim}; set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
+        stored = int(meta.get("dim") or self.stored_dim())
+        if stored != self.dim:
+            cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
+            if not cut:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+            if self.read_only:
+                raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
+                                 "run `pager migrate` to cut them (or any command that writes)")
         if self.read_only:
             self.pending_migrations = [m.__name__ for m in missing]
             return
@@ -290,7 +314,13 @@ class LanceStore:
             self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
         if missing or "schema" not in meta:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": meta.get("dim", str(self.dim))})
+            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+
+    def stored_dim(self) -> int:
+        """The size of the page vectors the store holds (its `pages` table's vector column)."""
+        if "pages" not in self._tables:
+            return self.dim
+        return self._tables["pages"].schema.field("vector").type.list_size
 
     def _set_meta(self, values: dict[str, str]) -> None:
         import pyarrow as pa
@@ -345,6 +375,9 @@ class LanceStore:
             self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
         if batch.facts:
             self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts])
+        if batch.summaries:
+            self._append_new("summaries", "n", [{"user": u, "session": s, **summary_record(x)}
+                                                for u, s, x in batch.summaries])
 
     def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
         import pyarrow as pa
@@ -462,6 +495,12 @@ class LanceStore:
 
         rows = self._rows("facts", user, session, col("n") > lit(after))
         return sorted({r["n"]: fact_from(r) for r in rows}.values(), key=lambda f: f.n)
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]:
+        from lancedb.expr import col, lit
+
+        rows = self._rows("summaries", user, session, col("n") > lit(after))
+        return sorted({r["n"]: summary_from(r) for r in rows}.values(), key=lambda x: x.n)
 
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
@@ -611,6 +650,14 @@ class LanceStore:
                          "try again")
 
 
+def _settings_hint(uri: str) -> str:
+    hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
+    if uri.startswith("s3+ddb://"):
+        hint += (", and for s3+ddb:// PAGER_DYNAMODB_ENDPOINT and the DynamoDB table named by ddbTableName, made with "
+                 "hash key base_uri (string) and range key version (number)")
+    return hint
+
+
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
@@ -642,7 +689,7 @@ def m003_leases(store: LanceStore) -> None:
         store._create_leases()
 
 
-ADDED_BY_MIGRATION = {"state_changes", "facts"}  # tables a store made by an older release gains by a named step
+ADDED_BY_MIGRATION = {"state_changes", "facts", "summaries"}  # tables a store made by an older release gains by a named step
 
 
 @migration
@@ -651,6 +698,45 @@ def m004_memory_tiers(store: LanceStore) -> None:
     for name in ("state_changes", "facts"):
         if name not in store._tables:
             store._create(name, store._schemas()[name])
+
+
+@migration
+def m005_summaries(store: LanceStore) -> None:
+    """a table for episode and rolling summaries"""
+    if "summaries" not in store._tables:
+        store._create("summaries", store._schemas()["summaries"])
+
+
+@migration
+def m006_vector_dims(store: LanceStore) -> None:
+    """page vectors at the embedder's size (a store of 256-dim wordllama vectors is cut to 128, exactly)"""
+    import pyarrow as pa
+
+    table = store._tables["pages"]
+    table.checkout_latest()
+    stored = store.stored_dim()
+    if stored == store.dim:
+        return  # a store made at this size, or another process cut it first
+    if not store.matryoshka or stored < store.dim:
+        raise StoreError(f"the store at {store.uri} holds {stored}-dim vectors, the embedder makes {store.dim}; "
+                         "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+    schema = store._schemas()["pages"]
+    batches = []
+    for batch in table.search().limit(None).to_batches(4096):
+        rows = batch.to_pylist()
+        for row in rows:
+            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
+            row.update(_page_vectors(_cut(pieces, store.dim)))
+        batches.append(pa.Table.from_pylist(rows, schema=schema))
+    data = pa.concat_tables(batches) if batches else schema.empty_table()
+    # one overwrite: a reader sees the old version or the new one, never a mix
+    store._tables["pages"] = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+
+
+def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """Matryoshka truncation: the leading dims, renormalised (what the embedder makes at that size)."""
+    head = np.ascontiguousarray(vectors[:, :dim], dtype=np.float32)
+    return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
 
 
 def fact_from(r: dict) -> Fact:

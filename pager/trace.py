@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from .errors import InputError
 from .facts import fact_record
+from .summaries import summary_record
 
 TRACE_VERSION = 1
 
@@ -158,14 +159,15 @@ def begin(session, model: str, budget: int) -> None:
     cfg = session.home.config
     session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget,
                  page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
-                 embedder=cfg.embedder, resumed_turns=session.turn_count,
+                 embedder=cfg.embedder, embedder_dim=session.home.embedder.dim, resumed_turns=session.turn_count,
                  config={"map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
-                         "recency_weight": cfg.recency_weight})
+                         "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share})
     if session.turn_count:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
                      changes=[asdict(c) for c in session.state.changes],
-                     facts=[fact_record(f) for f in session.facts.items])
+                     facts=[fact_record(f) for f in session.facts.items],
+                     summaries=[summary_record(x) for x in session.summaries.items])

@@ -94,6 +94,56 @@ def state_table(session: Session, key: str = "") -> Table:
     return table
 
 
+def facts_table(session: Session, query: str = "") -> Table:
+    """Every fact (or those for a query, best first), superseded ones marked with their dates."""
+    facts = [f for f, _ in session.facts.search(query)] if query else list(session.facts.items)
+    title = (f"facts for {query!r}: {len(facts)}" if query else
+             f"facts: {len(facts)}, {sum(1 for f in facts if session.facts.superseded_by(f))} superseded")
+    table = Table(title=Text(title), title_justify="left")
+    for col in ("id", "subject", "fact", "valid", "pages", "source"):
+        table.add_column(col, overflow="fold")
+    for f in facts:
+        later = session.facts.superseded_by(f)
+        valid = f"{f.date} → {later.date} (superseded by {later.id})" if later else f"since {f.date}"
+        table.add_row(f.id, Text(f.subject), Text(f.text), valid, ",".join(f"p{p}" for p in f.pages[:3]), f.source)
+    return table
+
+
+def summaries_table(session: Session, key: str = "") -> Table:
+    """The current summary of each episode and the rolling one, or with a key every version it had."""
+    items = session.summaries.versions(key) if key else [x for x in session.summaries.items
+                                                           if session.summaries.current.get(x.key) is x]
+    title = (f"summary {key!r}: every version" if key else
+             f"summaries: {len(items)} current, {len(session.summaries)} version(s) in all")
+    table = Table(title=Text(title), title_justify="left")
+    for col in ("id", "kind", "key", "v", "pages", "date", "summary"):
+        table.add_column(col, overflow="fold")
+    for x in items:
+        table.add_row(x.id, x.kind, Text(x.key), str(x.version), x.span, x.date, Text(x.text))
+    return table
+
+
+def tier_hits(session: Session, query: str, k: int = 8) -> list[dict]:
+    """What a search finds besides pages, each row marked with its kind: facts (superseded ones
+    with their dates), current summaries (with the pages they cover), and working-state changes."""
+    rows: list[dict] = []
+    vector = session.home.embedder.embed([query])[0].astype("float16").astype("float32") if (
+        session.facts.items or session.summaries.items) else None
+    for f, score in session.facts.search(query, vector, k=k):
+        later = session.facts.superseded_by(f)
+        rows.append({"kind": "fact", "id": f.id, "score": score, "text": f.text, "subject": f.subject,
+                     "pages": [f"p{p}" for p in f.pages], "date": f.date, "superseded": later is not None,
+                     "valid_to": later.date if later else None, "superseded_by": later.id if later else None})
+    for x, score in session.summaries.search(query, vector, k=k):
+        rows.append({"kind": "summary", "id": x.id, "score": score, "text": x.text, "key": x.key, "type": x.kind,
+                     "version": x.version, "pages": [f"p{x.pages[0]}", f"p{x.pages[1]}"], "date": x.date})
+    for c in session.state.find(query)[:k]:
+        now = session.state.current.get(c.key)
+        rows.append({"kind": "state", "id": f"change {c.seq}", "key": c.key, "text": "(unset)" if c.unset else c.value,
+                     "pages": [f"p{c.page}"], "current": now is c})
+    return rows
+
+
 def inspect_json(session: Session) -> dict:
     """The state scripts check: DESIGN.md's `pager inspect --json`."""
     return {
@@ -114,4 +164,5 @@ def inspect_json(session: Session) -> dict:
         "hits": session.counters["hits"],
         "state": session.state.to_json(),
         "facts": session.facts.to_json(),
+        "summaries": session.summaries.to_json(),
     }

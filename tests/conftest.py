@@ -153,6 +153,10 @@ _buckets = iter(range(10**6))
 @pytest.fixture
 def s3(s3_server):
     """A fresh bucket on the local S3 server: (environment for pager, store URI)."""
+    return _bucket(s3_server)
+
+
+def _bucket(s3_server):
     import boto3
 
     bucket = f"pager-test-{os.getpid()}-{next(_buckets)}"
@@ -161,3 +165,22 @@ def s3(s3_server):
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "PAGER_S3_ENDPOINT": s3_server,
            "PAGER_S3_REGION": "us-east-1", "PAGER_S3_ALLOW_HTTP": "true"}
     return env, f"s3://{bucket}/pager"
+
+
+@pytest.fixture
+def s3ddb(s3_server):
+    """A fresh bucket and DynamoDB table on the local server (moto serves both): a store whose commits
+    go through LanceDB's DynamoDB commit store, `s3+ddb://bucket/prefix?ddbTableName=T`. The table is
+    made as LanceDB's docs say: hash key base_uri (string), range key version (number)."""
+    import boto3
+
+    env, uri = _bucket(s3_server)
+    table = uri.split("/")[2] + "-commits"
+    boto3.client("dynamodb", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="test",
+                 aws_secret_access_key="test").create_table(
+        TableName=table, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "base_uri", "AttributeType": "S"},
+                              {"AttributeName": "version", "AttributeType": "N"}],
+        KeySchema=[{"AttributeName": "base_uri", "KeyType": "HASH"}, {"AttributeName": "version", "KeyType": "RANGE"}])
+    return {**env, "PAGER_DYNAMODB_ENDPOINT": s3_server}, f"s3+ddb{uri[2:]}?ddbTableName={table}"
+

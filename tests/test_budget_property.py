@@ -1,10 +1,11 @@
 """The assembled context never exceeds its budget by a single token, whatever the regions hold:
-the memory map, the working state (any number of keys, any text, any share) and the pages."""
+the memory map, the working state (any number of keys, any text, any share), the summaries (any
+number, any size, any share; the rolling one in the map) and the pages."""
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pager.config import CHAT_FLOOR, Config
-from pager.context import build
+from pager.context import build, size_frames
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.store import MemoryStore
@@ -27,17 +28,23 @@ words = st.text(alphabet=alphabet, min_size=1, max_size=300).filter(lambda t: t.
     state=st.lists(st.tuples(st.text("abcdefghij XYZ_", min_size=1, max_size=40).filter(lambda k: k.strip(" _")),
                              words), max_size=12),
     state_share=st.sampled_from([0.0, 0.05, 0.15, 0.4, 0.8]),
+    summaries=st.lists(st.tuples(st.booleans(), st.text(alphabet=alphabet, min_size=1, max_size=2000)
+                                 .filter(lambda t: t.strip() and "\x00" not in t)), max_size=6),
+    summary_share=st.sampled_from([0.0, 0.1, 0.3, 0.6]),
 )
 def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budget, policy, questions, chat, encoding,
-                                      state, state_share):
+                                      state, state_share, summaries, summary_share):
+    from pager.summaries import Draft
     budget = max(budget, 2 * page_tokens + CHAT_FLOOR)   # the smallest a Config accepts for these pages
     cfg = Config(home=tmp_path_factory.mktemp("h"), budget=budget, page_tokens=page_tokens, policy=policy,
-                 embedder="hash", tokenizer=encoding, state_share=state_share)
+                 embedder="hash", tokenizer=encoding, state_share=state_share, summary_share=summary_share)
     home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("p")
     s.append_many([{"speaker": f"sp{i % 3}", "text": t} for i, t in enumerate(texts)])
     for key, value in state:
         s.set_state(key, value[:400])
+    s.add_summaries([Draft("rolling" if rolling else "episode", "rolling" if rolling else f"e{i}", text, (1, s.turn_count))
+                     for i, (rolling, text) in enumerate(summaries)], "script")
     prefix = "You are a careful assistant." * 3
     for q in questions:
         ctx = build(s, q[:200], prefix=prefix if chat else "", chat=chat)
@@ -50,6 +57,9 @@ def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budg
         assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory)
         assert ctx.tokens["state"] <= budget * state_share
         assert bool(ctx.tokens["state"]) == ("[state" in ctx.memory)
+        frames = size_frames(s, q[:200], prefix if chat else "", chat=chat)[0]   # before any region took some
+        assert -(-ctx.tokens.get("summaries", 0) // page_tokens) <= int(frames * summary_share)   # whole frames, its share
+        assert bool(ctx.summaries) == ("\n\n[summaries" in ctx.memory)
         assert ctx.dropped == []  # the frame arithmetic alone kept it in budget
         assert len(ctx.pages) <= ctx.frames
     home.journal.close(remove=True)

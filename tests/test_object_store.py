@@ -46,3 +46,43 @@ def test_an_unreachable_object_store_is_one_line_naming_the_settings(tmp_path, s
                            env=env)
     assert result.exit_code == 1
     assert "PAGER_S3_ENDPOINT" in result.output and "Traceback" not in result.output
+
+
+def test_an_s3_ddb_store_commits_through_its_dynamodb_table(tmp_path, s3ddb):
+    """LanceDB's DynamoDB commit store (s3+ddb://…?ddbTableName=T): every command works, and the commits
+    are recorded in the table (base_uri, version), which is what makes concurrent writers safe on a store
+    without conditional writes. tests/test_leases.py runs the several-hosts tests on it too."""
+    import boto3
+
+    env, uri = s3ddb
+    env = {**env, "PAGER_EMBEDDER": "hash"}
+    home = str(tmp_path / "h")
+    data = tmp_path / "conv.jsonl"
+    lines = [json.dumps({"speaker": "ann", "text": f"small talk number {i}"}) for i in range(60)]
+    lines.insert(3, json.dumps({"speaker": "maya", "text": "The spare key is under the blue flowerpot."}))
+    data.write_text("\n".join(lines) + "\n")
+
+    def run(*args):
+        result = runner.invoke(app, ["--home", home, "--db", uri, *args], env=env)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "61 turns" in run("ingest", str(data), "--session", "house")
+    assert "flowerpot" in run("search", "spare key", "--session", "house")
+    assert json.loads(run("inspect", "--session", "house", "--json"))["turns"] == 61
+    table = uri.split("ddbTableName=")[1]
+    items = boto3.client("dynamodb", endpoint_url=env["PAGER_DYNAMODB_ENDPOINT"], region_name="us-east-1",
+                         aws_access_key_id="test", aws_secret_access_key="test").scan(TableName=table)["Items"]
+    committed = {item["base_uri"]["S"].rsplit("/", 1)[-1] for item in items}
+    assert {"turns.lance", "pages.lance", "meta.lance", "leases.lance"} <= committed, committed
+
+
+def test_an_s3_ddb_store_without_its_table_is_one_line_naming_the_fix(tmp_path, s3ddb):
+    env, uri = s3ddb
+    env = {**env, "PAGER_EMBEDDER": "hash"}
+    uri = uri.replace("ddbTableName=", "ddbTableName=missing-")
+    data = tmp_path / "conv.jsonl"
+    data.write_text(json.dumps({"speaker": "ann", "text": "hello"}) + "\n")
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "--db", uri, "ingest", str(data)], env=env)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "DynamoDB" in result.output and "base_uri" in result.output, result.output

@@ -214,6 +214,63 @@ def context(session: Session, query: str = "", budget: int = 4096) -> str:
     return ctx.memory
 
 
+def facts(session: Session, query: str = "", k: int = 10) -> str:
+    """Read the facts memory holds: short dated statements, each with the pages it came from.
+    An old value stays, marked superseded with its dates. With a query, the facts for it, best
+    first; without one, the newest.
+
+    Args:
+        query: words to look for; empty for the newest facts
+        k: how many facts to return (1-50)
+    """
+    if k < 1:
+        raise Mistake(f"facts needs k of 1 or more (it was {k}); k is how many facts to return, up to 50")
+    k = min(k, 50)
+    if not session.facts.items:
+        return "no facts yet: memory holds pages only (search them)"
+    if query.strip():
+        vector = session.home.embedder.embed([query])[0].astype("float16").astype("float32")
+        found = [f for f, _ in session.facts.search(query, vector, k=k)]
+        if not found:
+            return f"no fact matches {query!r}; try other words, or search the pages"
+    else:
+        found = session.facts.items[-k:][::-1]
+    return "\n".join([f"{len(found)} fact(s){' for ' + repr(query) if query.strip() else ', newest first'}:"]
+                     + [session.facts.line(f) for f in found])
+
+
+def summaries(session: Session, query: str = "", k: int = 5) -> str:
+    """Read the summaries memory holds: the rolling summary of the whole conversation and one
+    per episode (a day, a session, a topic), each naming the pages it covers (page_in them for
+    the full text). With a query, the episodes for it, best first.
+
+    Args:
+        query: words to look for; empty for the rolling summary and the latest episodes
+        k: how many episode summaries to return (1-20)
+    """
+    if k < 1:
+        raise Mistake(f"summaries needs k of 1 or more (it was {k}); k is how many to return, up to 20")
+    k = min(k, 20)
+    held = session.summaries
+    if not held.items:
+        return "no summaries yet: memory holds pages only (search them)"
+    lines: list[str] = []
+    if query.strip():
+        vector = session.home.embedder.embed([query])[0].astype("float16").astype("float32")
+        found = [x for x, _ in held.search(query, vector) if x.kind == "episode"][:k]
+        if not found:
+            return f"no summary matches {query!r}; try other words, or search the pages"
+        lines.append(f"{len(found)} episode summary(ies) for {query!r}:")
+    else:
+        if held.rolling:
+            lines.append(f"rolling summary, version {held.rolling.version}:")
+            lines.append(held.line(held.rolling))
+        found = held.episodes()[-k:]
+        if found:
+            lines.append(f"the last {len(found)} episode(s):")
+    return "\n".join(lines + [held.line(x) for x in found])
+
+
 STATE_TOOLS = (state_set, state_unset)   # left out of the compact tier of a small budget (pager.agent)
 MODEL_TOOLS = (search, page_in, page_out, bookmark, pin, unpin) + STATE_TOOLS
-AGENT_TOOLS = MODEL_TOOLS + (remember, context)
+AGENT_TOOLS = MODEL_TOOLS + (remember, context, facts, summaries)

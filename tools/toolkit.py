@@ -143,6 +143,14 @@ class Toolkit:
         """Remove one key from the working state (its history stays)."""
         return self._typed("state_unset", key=key)
 
+    def facts(self, query: str = "", k: int = 10) -> str:
+        """The facts for query (the newest without one), superseded ones marked with their dates."""
+        return self._typed("facts", query=query, k=k)
+
+    def summaries(self, query: str = "", k: int = 5) -> str:
+        """The rolling summary and the latest episode summaries, or the episodes for query."""
+        return self._typed("summaries", query=query, k=k)
+
     def _typed(self, name: str, **arguments) -> str:
         """Run as `call` would with the arguments a caller wrote (defaults left out, so the trace is the same)."""
         defaults = {p.name: p.default for p in self.dispatcher.params(name) if not p.required}

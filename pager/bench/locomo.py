@@ -16,7 +16,9 @@ With `memory="recorded"` the dataset's own `observation` entries stand in for a 
 output: pager takes them as facts (pager.facts, through Session.extract_facts) and shows them in
 slabs; bm25 and vector rank them mixed with the turns. Every system then also reports
 `coverage`: like recall, but an evidence turn also counts as present when a fact whose source is
-that turn is in the context. `fact_tokens` is the mean of the tokens facts took.
+that turn is in the context. `fact_tokens` is the mean of the tokens facts took. The dataset's
+`session_summary` entries are taken as episode summaries (pager.summaries, one per conversation
+session, through Session.summarize); `summary_tokens` is the mean of the tokens they took.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from ..config import Config
 from ..context import build
 from ..embed import make_embedder
 from ..facts import Recorded
-from ..formats import Conversation, parse_locomo, parse_locomo_observations
+from ..formats import Conversation, parse_locomo, parse_locomo_observations, parse_locomo_session_summaries
+from ..summaries import Recorded as RecordedSummaries
 from ..home import memory_home
 from ..search import terms
 from ..session import Session
@@ -53,6 +56,7 @@ class Outcome:
     ms: float
     coverage: float | None = None
     fact_tokens: int = 0
+    summary_tokens: int = 0
 
 
 @dataclass
@@ -70,7 +74,8 @@ class Tally:
         memory: dict[str, float] = {}
         if self.outcomes and self.outcomes[0].coverage is not None:
             memory = {"coverage": _mean([o.coverage or 0.0 for o in head]),
-                      "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1)}
+                      "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1),
+                      "summary_tokens": round(_mean([o.summary_tokens for o in self.outcomes]), 1)}
             for label, row in by_cat.items():
                 row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
         return {
@@ -177,7 +182,7 @@ class Baselines:
 # -- the run --------------------------------------------------------------------------------------------
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
              on_question: Callable[[], None] = lambda: None, written: dict | None = None,
-             errors: list[str] | None = None, recorded: list | None = None) -> None:
+             errors: list[str] | None = None, recorded: list | None = None, episodes: list | None = None) -> None:
     """One conversation at one budget. With a bookmark model, its bookmarks are written once per
     conversation (pages do not depend on the budget) and kept in `written` for the other budgets;
     the model's failures go to `errors`."""
@@ -196,6 +201,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
         number = {t.ref: t.turn for t in turns}
         lengths = {t.turn: len(t.text) for t in turns}
         facts = session.extract_facts(Recorded(recorded, number)) if recorded is not None else []
+        if episodes:
+            session.summarize(RecordedSummaries(episodes, number))
         checkpoint = session.paging_state()
         base = Baselines(session, conv, [t.turn for t in turns], [(f.text, f.turns) for f in facts]) if baselines else None
         for q in conv.questions:
@@ -215,6 +222,7 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                 outcome.coverage = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in told  # noqa: B023
                                          else spans.get(t, []))[0]  # noqa: B023
                 outcome.fact_tokens = ctx.tokens["facts"]
+                outcome.summary_tokens = ctx.tokens.get("summaries", 0)
             tallies["pager"].outcomes.append(outcome)
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
@@ -240,6 +248,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
     config = config or Config(embedder="wordllama")
     conversations = parse_locomo(data)[:limit_conversations]
     observations = parse_locomo_observations(data) if memory == "recorded" else {}
+    episodes = parse_locomo_session_summaries(data) if memory == "recorded" else {}
     if limit_questions:
         for conv in conversations:
             conv.questions = conv.questions[:limit_questions]
@@ -256,7 +265,8 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
             for conv in conversations:
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
                 evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors,
-                         observations.get(conv.sample_id, []) if memory == "recorded" else None)
+                         observations.get(conv.sample_id, []) if memory == "recorded" else None,
+                         episodes.get(conv.sample_id, []))
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
     return {
@@ -265,7 +275,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy or "clock",
         "embedder": config.embedder,
-        **({"memory": memory, "fact_share": config.fact_share} if memory else {}),
+        **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share} if memory else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],

@@ -108,7 +108,7 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
         flat = [p.piece_text(i).split(": ", 1)[-1] for p in sealed for i in range(len(p.spans))]
         vectors = embedder.embed(flat).astype(np.float16).astype(np.float32)
     else:
-        vectors = rng.standard_normal((sum(len(p.spans) for p in sealed), 256)).astype(np.float32)
+        vectors = rng.standard_normal((sum(len(p.spans) for p in sealed), store.dim)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     per_page, row = [], 0
     for p in sealed:
@@ -331,7 +331,8 @@ def _raw_bytes(config: Config) -> int:
     turns = db.open_table("turns").search().select(["text"]).limit(None).to_arrow().column("text")
     pages = db.open_table("pages").search().select(["text", "pieces"]).limit(None).to_arrow()
     text = sum(len(t.as_py().encode()) for t in turns) + sum(len(t.as_py().encode()) for t in pages.column("text"))
-    vectors = sum(len(b.as_py()) for b in pages.column("pieces")) + pages.num_rows * 256 * 4
+    dim = db.open_table("pages").schema.field("vector").type.list_size
+    vectors = sum(len(b.as_py()) for b in pages.column("pieces")) + pages.num_rows * dim * 4
     return text + vectors
 
 

@@ -1,0 +1,307 @@
+"""Summaries: the shape of a long conversation in a few lines.
+
+Two kinds, each naming the pages (and turns) it covers:
+
+- an **episode** summary: one per episode of the conversation (a day or a session of it, or a
+  stretch between two topic shifts), keyed by the episode ("session 3", "e12");
+- the **rolling** summary of the whole session: the previous version plus what is new makes the
+  next version, which covers p1 up to the newest page summarized.
+
+Every version is kept: a summary with the key of an earlier one is that key's next version, and
+the earlier one stays on disk (a durable journal op "summary", then the store's `summaries`
+table), so every process holding the same summaries agrees on which version is current.
+
+Producers are callables `(session, pages) -> [Draft]`, as for facts: `Recorded` (a memory
+model's recorded output, e.g. LoCoMo's `session_summary`) and `Extractive` (no model: the most
+central sentences of an episode, verbatim; no invented text). Summaries reach the prompt in a
+region of whole frames (`summary_share` of them), so the frame arithmetic stays exact; the
+current rolling summary also goes into the memory map when the map has room for it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .search import terms
+
+ROLLING = "rolling"
+EPISODE = "episode"
+KINDS = (ROLLING, EPISODE)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What a producer says: a summary of the turns first..last (inclusive), under a key; the same
+    key again makes a new version; ts: when its last turn was said, if the producer knows."""
+
+    kind: str
+    key: str
+    text: str
+    turns: tuple[int, int]
+    ts: float | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int                    # 1, 2, … per session, in the order they were made
+    kind: str                 # "rolling" or "episode"
+    key: str                  # "rolling", or the episode's key
+    version: int              # 1, 2, … per key
+    text: str
+    pages: tuple[int, int]    # first and last page covered
+    turns: tuple[int, int]    # first and last turn covered
+    ts: float                 # when the last turn covered was said
+    date: str
+    source: str               # "recorded", "extractive", "model", "script"
+
+    @property
+    def id(self) -> str:
+        return f"s{self.n}"
+
+    @property
+    def span(self) -> str:
+        first, last = self.pages
+        return f"p{first}" if first == last else f"p{first}–p{last}"
+
+
+def summary_record(s: Summary) -> dict:
+    """A summary as the journal and the store keep it."""
+    return {"n": s.n, "kind": s.kind, "key": s.key, "version": s.version, "text": s.text, "pages": list(s.pages),
+            "turns": list(s.turns), "ts": s.ts, "date": s.date, "source": s.source}
+
+
+def summary_event(s: Summary) -> dict:
+    """The record as a trace event's data ("kind" names the event there, so the summary's is "type")."""
+    record = summary_record(s)
+    record["type"] = record.pop("kind")
+    return record
+
+
+def summary_from(r: dict) -> Summary:
+    """From a journal op, a store row or a trace event."""
+    kind = r["kind"] if r.get("kind") in KINDS else r["type"]
+    pages, turns = r["pages"], r["turns"]
+    return Summary(int(r["n"]), kind, r["key"], int(r["version"]), r["text"], (int(pages[0]), int(pages[1])),
+                   (int(turns[0]), int(turns[1])), float(r["ts"]), r["date"], r["source"])
+
+
+class Summaries:
+    """Every summary of a session in the order made; the current version of each key."""
+
+    def __init__(self) -> None:
+        self.items: list[Summary] = []
+        self.current: dict[str, Summary] = {}
+        self._terms: list[Counter] = []
+        self._df: Counter = Counter()
+        self._vectors: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def next_version(self, key: str) -> int:
+        held = self.current.get(key)
+        return held.version + 1 if held else 1
+
+    def add(self, summary: Summary, vector: np.ndarray | None = None) -> Summary | None:
+        """Keep a summary; returns the version it follows, if any (which stays)."""
+        self.items.append(summary)
+        older = self.current.get(summary.key)
+        self.current[summary.key] = summary
+        words = Counter(terms(summary.text))
+        self._terms.append(words)
+        self._df.update(words.keys())
+        self._vectors.append(vector if vector is not None else np.zeros(0, dtype=np.float32))
+        return older
+
+    @property
+    def rolling(self) -> Summary | None:
+        return self.current.get(ROLLING)
+
+    def episodes(self) -> list[Summary]:
+        """The current version of each episode summary, in conversation order."""
+        return sorted((s for s in self.current.values() if s.kind == EPISODE), key=lambda s: (s.turns, s.n))
+
+    def versions(self, key: str) -> list[Summary]:
+        return [s for s in self.items if s.key == key]
+
+    def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 20) -> list[tuple[Summary, float]]:
+        """Current summaries for the query, best first: BM25 over their text plus vector similarity.
+        Older versions are kept and listed, not searched: their text is in the newer one."""
+        live = [i for i, s in enumerate(self.items) if self.current.get(s.key) is s]
+        if not live:
+            return []
+        wanted = set(terms(query))
+        n = len(live)
+        df = Counter(w for i in live for w in self._terms[i])
+        avg = sum(sum(self._terms[i].values()) for i in live) / n or 1.0
+        scores = np.zeros(n, dtype=np.float64)
+        for j, i in enumerate(live):
+            words = self._terms[i]
+            length = sum(words.values())
+            for w in wanted & words.keys():
+                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
+                tf = words[w]
+                scores[j] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+        if scores.max() > 0:
+            scores /= scores.max()
+        if query_vector is not None and self._vectors[live[0]].size:
+            scores += 0.5 * np.clip(np.stack([self._vectors[i] for i in live]) @ query_vector, 0, None)
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(self.items[live[j]], round(float(scores[j]), 4)) for j in order if scores[j] > 0]
+
+    def line(self, s: Summary) -> str:
+        """`- s3 (session 2 · p5–p9, 25 May 2023): text`."""
+        label = "so far" if s.kind == ROLLING else s.key
+        return f"- {s.id} ({label} · {s.span}, {s.date}): {s.text}"
+
+    def to_json(self) -> list[dict]:
+        return [{"id": s.id, "kind": s.kind, "key": s.key, "version": s.version, "current": self.current.get(s.key) is s,
+                 "pages": [f"p{s.pages[0]}", f"p{s.pages[1]}"], "turns": list(s.turns), "date": s.date, "ts": s.ts,
+                 "source": s.source, "text": s.text} for s in self.items]
+
+
+# -- producers --------------------------------------------------------------------------------------------
+def _held_turns(session, pages: list[int]) -> set[int]:
+    held: set[int] = set()
+    for n in pages:
+        if n == session.tail_n:
+            held |= {p.turn.turn for p in session.packer.pieces}
+        elif n in session.pages:
+            held |= {t for t, _, _ in session.pages[n].spans}
+    return held
+
+
+class Recorded:
+    """A memory model's recorded episode summaries: (key, text, refs of the episode's turns, e.g.
+    LoCoMo's dia_ids), each returned once, when the pages asked about hold the episode's last turn."""
+
+    source = "recorded"
+
+    def __init__(self, episodes: list[tuple[str, str, list[str]]], numbers: dict[str, int]) -> None:
+        self.episodes = episodes
+        self.numbers = numbers
+        self.given: set[int] = set()
+
+    def __call__(self, session, pages: list[int]) -> list[Draft]:
+        held = _held_turns(session, pages)
+        out = []
+        when: dict[int, float] | None = None
+        for i, (key, text, refs) in enumerate(self.episodes):
+            turns = [self.numbers[r] for r in refs if r in self.numbers]
+            if i not in self.given and turns and max(turns) in held:
+                self.given.add(i)
+                when = when if when is not None else {t.turn: t.ts for t in _turns(session)}
+                out.append(Draft(EPISODE, key, text, (min(turns), max(turns)), when.get(max(turns))))
+        return out
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def sentences(speaker: str, text: str) -> list[str]:
+    """A turn's sentences, each as `Speaker: sentence`, verbatim."""
+    return [f"{speaker}: {part.strip()}" for part in _SENTENCE.split(" ".join(text.split())) if len(terms(part)) >= 2]
+
+
+class Extractive:
+    """Summaries with no model, deterministic, no invented text.
+
+    Episodes end where the date changes, where `gap_s` of silence passes, or at a topic shift
+    (no word shared between the `window` turns before and after, in an episode of at least
+    `min_turns`). A closed episode's summary is its `per_episode` most central sentences
+    (cosine to the episode's mean embedding; sentences of `min_words` search terms or more when
+    there are enough), verbatim, in conversation order. The rolling
+    summary is the previous version's sentences plus the new turns' central ones, the
+    `rolling_sentences` most central of them kept, in order."""
+
+    source = "extractive"
+
+    def __init__(self, gap_s: float = 6 * 3600, window: int = 4, min_turns: int = 12, per_episode: int = 3,
+                 rolling_sentences: int = 6, min_words: int = 5) -> None:
+        self.gap_s, self.window, self.min_turns, self.min_words = gap_s, window, min_turns, min_words
+        self.per_episode, self.rolling_sentences = per_episode, rolling_sentences
+
+    def episodes(self, turns: list) -> list[list]:
+        """The turns cut into episodes (the last one still open)."""
+        out: list[list] = []
+        for i, t in enumerate(turns):
+            if not out:
+                out.append([t])
+                continue
+            prev = out[-1][-1]
+            if t.date != prev.date or t.ts - prev.ts > self.gap_s or self._shift(turns, i, len(out[-1])):
+                out.append([t])
+            else:
+                out[-1].append(t)
+        return out
+
+    def _shift(self, turns: list, i: int, length: int) -> bool:
+        if length < self.min_turns or i + self.window > len(turns):
+            return False
+        before = {w for t in turns[i - self.window : i] for w in terms(t.text)}
+        after = {w for t in turns[i : i + self.window] for w in terms(t.text)}
+        return bool(before and after) and not before & after
+
+    def central(self, session, lines: list[str], k: int) -> list[str]:
+        """The k lines nearest the mean of all, in their order; lines of a few words ("Yes, Ana!")
+        only when there are not k longer ones."""
+        if len(lines) <= k:
+            return list(lines)
+        vectors = session.home.embedder.embed(lines).astype(np.float32)
+        centre = vectors.mean(axis=0)
+        scores = vectors @ centre
+        short = np.array([len(terms(line)) < self.min_words for line in lines])
+        if (~short).sum() >= k:
+            scores = np.where(short, -np.inf, scores)
+        best = sorted(np.argsort(-scores, kind="stable")[:k])
+        return [lines[i] for i in best]
+
+    def __call__(self, session, pages: list[int]) -> list[Draft]:
+        turns = _turns(session)
+        held = _held_turns(session, pages)
+        turns = [t for t in turns if t.turn <= max(held, default=0)]
+        if not turns:
+            return []
+        done = {s.key for s in session.summaries.items if s.kind == EPISODE}
+        out: list[Draft] = []
+        episodes = self.episodes(turns)
+        for episode in episodes[:-1]:   # the last one is still open
+            key = f"e{episode[0].turn}"
+            if key in done:
+                continue
+            lines = [line for t in episode for line in sentences(t.speaker, t.text)]
+            picked = self.central(session, lines, self.per_episode)
+            if picked:
+                out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn), episode[-1].ts))
+        rolling = session.summaries.rolling
+        since = rolling.turns[1] if rolling else 0
+        new = [t for t in turns if t.turn > since]
+        if new:
+            old = _split_kept(rolling.text) if rolling else []
+            fresh = self.central(session, [line for t in new for line in sentences(t.speaker, t.text)],
+                                 self.rolling_sentences)
+            kept = self.central(session, old + fresh, self.rolling_sentences)
+            if kept:
+                out.append(Draft(ROLLING, ROLLING, SEP.join(kept), (turns[0].turn, new[-1].turn), new[-1].ts))
+        return out
+
+
+SEP = " · "
+
+
+def _split_kept(text: str) -> list[str]:
+    return [part for part in text.split(SEP) if part.strip()]
+
+
+def _turns(session) -> list:
+    """Every turn the session can read whole: the store's, those accepted since the last flush,
+    and the open tail's."""
+    out = {t.turn: t for t in session.home.store.turns(session.user, session.name)}
+    out.update({t.turn: t for t in session.pending.turns})
+    out.update({p.turn.turn: p.turn for p in session.packer.pieces})
+    return [out[n] for n in sorted(out)]
