@@ -152,14 +152,19 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
     if frames <= 0 or not session.summaries.episodes() or not message.strip():
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
+    cost = session.render.line_tokens
     vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
     lines: list[str] = []
     shown: list[int] = []
+    used = cost(SUMMARIES_TITLE + "\n")   # the block so far, each line with its newline
     for s, _ in session.summaries.search(message, vector):
         if s.kind != "episode":
             continue   # the rolling summary has its place in the memory map
         line = session.summaries.line(s)
-        if count("\n".join([SUMMARIES_TITLE, *lines, line]) + SEPARATOR) > capacity:
+        # the block's count as the sum of its lines' cached counts: a line starts with "- ", so no
+        # pre-token runs across a newline into it (as a page's body after its header, render.py); the
+        # whole block is counted once more below
+        if used + cost(line + SEPARATOR) > capacity:
             if lines:
                 continue
             line = session.tokenizer.fit(line, capacity - count(SUMMARIES_TITLE + "\n" + SEPARATOR))
@@ -169,9 +174,14 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
                 return "", [], 0
         lines.append(line)
         shown.append(s.n)
+        used += cost(line + "\n")
+    block = "\n".join([SUMMARIES_TITLE, *lines])
+    while lines and count(block + SEPARATOR) > capacity:   # by construction this does not happen
+        lines.pop()
+        shown.pop()
+        block = "\n".join([SUMMARIES_TITLE, *lines])
     if not lines:
         return "", [], 0
-    block = "\n".join([SUMMARIES_TITLE, *lines])
     return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
 
 

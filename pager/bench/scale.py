@@ -22,7 +22,7 @@ well (`paging_cpu_ms`, `reference_query_cpu_ms`: LanceDB's own threads count too
 `paging_cpu_ratio` is their p95 ratio.
 
 The cost of the memory tiers is measured in the same run too: the measured session is given
-recorded-style facts and a working state, and each question is assembled with them and without
+recorded-style facts, a working state and summaries, and each question is assembled with them and without
 them (`paging_with_tiers_ms`, `paging_without_tiers_ms`, `tiers_paging_ratio` of their p95s).
 """
 
@@ -235,11 +235,13 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
 def _tier_costs(session, asks: list[str], turns: int) -> dict:
     """Paging + assembly with the memory tiers present against without, in the same run on the same
     questions: the measured session gets recorded-style facts (one per 10 turns, some superseding
-    older ones on their subject, as a memory model writes them) and a working state of 12 keys; then
-    each question is assembled with the tiers and without them (the session's facts and state set
-    aside), in alternating order so neither side always follows the other."""
+    older ones on their subject, as a memory model writes them), a working state of 12 keys, and
+    episode summaries (one per 50 turns) with a rolling one; then each question is assembled with
+    the tiers and without them (the session's facts, state and summaries set aside), in alternating
+    order so neither side always follows the other."""
     from ..facts import Draft, Facts
     from ..state import State
+    from ..summaries import Draft as SummaryDraft, Summaries
 
     rng = np.random.default_rng(23)
     count = max(1, turns // 10)
@@ -250,21 +252,32 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
                                                        f"{int(rng.integers(1, 28))} {MONTHS[int(rng.integers(12))]}",
                             (int(rng.integers(1, turns + 1)),)))
     session.add_facts(drafts, "recorded")
+    episodes = []   # an episode summary per 50 turns, and the rolling one, as a summarizer writes them
+    for first in range(1, turns + 1, 50):
+        who = [NAMES[int(rng.integers(len(NAMES)))] for _ in range(3)]
+        what = [WORDS[20 + int(rng.integers(len(WORDS) - 20))] for _ in range(6)]
+        episodes.append(SummaryDraft("episode", f"episode {first // 50 + 1}",
+                                     f"{who[0]} and {who[1]} talked about the {what[0]} and the {what[1]}; {who[2]} "
+                                     f"decided to {what[2]} the {what[3]} by {int(rng.integers(1, 28))} "
+                                     f"{MONTHS[int(rng.integers(12))]}, and asked about the {what[4]} {what[5]}.",
+                                     (first, min(turns, first + 49))))
+    episodes.append(SummaryDraft("rolling", "rolling", "So far: " + " ".join(d.text for d in episodes[-3:]), (1, turns)))
+    session.add_summaries(episodes, "recorded")
     for i in range(12):
         session.set_state(f"{WORDS[40 + i]}_{i}", f"{NAMES[i % len(NAMES)]} owns the {WORDS[60 + i]} until {i + 1} May")
-    tiered, bare = (session.facts, session.state), (Facts(), State())
+    tiered, bare = (session.facts, session.state, session.summaries), (Facts(), State(), Summaries())
     with_tiers, without, shown = [], [], []
     for i, q in enumerate(asks):
         for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
-            session.facts, session.state = tiers
+            session.facts, session.state, session.summaries = tiers
             t0 = time.perf_counter()
             ctx = build(session, q, prefix="You are a helpful assistant.", budget=8192)
             (with_tiers if tiers is tiered else without).append((time.perf_counter() - t0) * 1000)
             if tiers is tiered:
                 shown.append(len(ctx.facts))
-    session.facts, session.state = tiered
+    session.facts, session.state, session.summaries = tiered
     return {"tiers": {"facts": len(session.facts), "state_keys": len(session.state.current),
-                      "facts_shown_mean": round(float(np.mean(shown)), 1)},
+                      "summaries": len(session.summaries), "facts_shown_mean": round(float(np.mean(shown)), 1)},
             "paging_with_tiers_ms": _percentiles(with_tiers), "paging_without_tiers_ms": _percentiles(without),
             "tiers_paging_ratio": round(float(np.percentile(with_tiers, 95)) / max(float(np.percentile(without, 95)), 1e-9), 3)}
 
