@@ -153,7 +153,7 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
     cost = session.render.line_tokens
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    vector = message_vector(session, message)
     lines: list[str] = []
     shown: list[int] = []
     used = cost(SUMMARIES_TITLE + "\n")   # the block so far, each line with its newline
@@ -188,11 +188,21 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
 FACTS_TITLE = "[facts]"
 
 
+def message_vector(session: Session, message: str):
+    """The message's vector as the facts and summaries are searched with (float16-rounded, as they
+    are stored), embedded once per message: both tiers ask for it."""
+    held = session.render.message_vector
+    if held is None or held[0] != message:
+        held = session.render.message_vector = (
+            message, session.home.embedder.embed([message])[0].astype("float16").astype("float32"))
+    return held[1]
+
+
 def rank_facts(session: Session, message: str) -> list[tuple]:
     """(fact, its line) for the facts the message is about, best first."""
     if not session.facts or not message.strip():
         return []
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    vector = message_vector(session, message)
     return [(f, session.facts.line(f)) for f, _ in session.facts.search(message, vector)]
 
 
