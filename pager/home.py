@@ -112,6 +112,7 @@ class Home:
         self._writer = None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._early = None                # the helper thread that embeds while the journal syncs (_embed_early)
+        self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.path / "journal", fsync=durable, read_only=read_only, report=self.warn)
@@ -331,10 +332,11 @@ class Home:
         embedder already loaded, and a group large enough to pay for the hand-over; else None."""
         if not self.journal.fsync or self._embedder is None or len(turns) < self.EARLY:
             return None
-        if self._early is None:
+        if self._early is None or self._early_pid != os.getpid():   # a forked child has no helper thread
             from concurrent.futures import ThreadPoolExecutor
 
             self._early = ThreadPoolExecutor(1, thread_name_prefix="pager-embed")
+            self._early_pid = os.getpid()
         texts = list(dict.fromkeys(t.text for t in turns))
         embedder = self._embedder
         return self._early.submit(lambda: dict(zip(texts, embedder.embed(texts))))
@@ -553,7 +555,8 @@ class Home:
         if self._closed:
             return
         if self._early is not None:   # idle: accept waits for what it hands over
-            self._early.shutdown()
+            if self._early_pid == os.getpid():
+                self._early.shutdown()
             self._early = None
         with self._mutex:
             self._closing = True  # the lease thread gives nothing up from here on: close releases all
