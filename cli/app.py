@@ -139,13 +139,14 @@ def ingest(
     session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
+    memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
 ) -> None:
     """Import a conversation file into memory (all or nothing)."""
     import time
 
     from pager.formats import parse_jsonl, parse_locomo
 
-    config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model)
+    config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model, memory_model=memory_model)
     if format == "jsonl":
         groups = parse_jsonl(file, session or config.session)
     elif format == "locomo":
@@ -160,7 +161,7 @@ def ingest(
 
     started = time.perf_counter()
     with open_home(config) as home:
-        home.writer  # noqa: B018 - with --bookmark-model, a missing key stops here, before any turn is accepted
+        home.writer  # noqa: B018 - with --bookmark-model or --memory-model, a missing key stops here, before any turn is accepted
         sessions = {name: home.open(name) for name in groups}
         # one transaction for the whole file: every line of every session durable at once, or none;
         # keyed by line, so running the same file again adds nothing twice
@@ -170,7 +171,7 @@ def ingest(
             known = len(groups[name]) - added
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
                        f" → {s.turn_count} turns, {len(s.pages)} pages")
-            if config.bookmark_model:
+            if config.writer_model:
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())
     elapsed = time.perf_counter() - started
@@ -179,14 +180,18 @@ def ingest(
 
 
 def _write_bookmarks(s) -> None:
-    """Have the bookmark model name the pages this ingest sealed."""
-    model, pages = s.home.config.bookmark_model, len(s.unwritten)
-    typer.echo(f"  asking {model} for bookmarks of {pages} pages …", err=True)
+    """Have the bookmark (or memory) model name the pages this ingest sealed."""
+    config = s.home.config
+    model, pages, facts, changes = config.writer_model, len(s.unwritten), len(s.facts), s.state.seq
+    what = "bookmarks, facts and state" if config.memory_model else "bookmarks"
+    typer.echo(f"  asking {model} for {what} of {pages} pages …", err=True)
     named = len(s.write_bookmarks(force=True))
-    if s.writer_error:
-        typer.echo(f"  the bookmark model failed after naming {named} of {pages} pages ({s.writer_error}); the "
+    error = s.memory_error if config.memory_model else s.writer_error
+    if error:
+        typer.echo(f"  the model failed after naming {named} of {pages} pages ({error}); the "
                    "others keep their offline keywords", err=True)
-    typer.echo(f"  {named} pages bookmarked by {model}")
+    typer.echo(f"  {named} pages bookmarked by {model}" + (f", {len(s.facts) - facts} facts written, "
+                                                         f"{s.state.seq - changes} state changes" if config.memory_model else ""))
 
 
 @command()
@@ -231,11 +236,13 @@ def chat(
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
+    memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
 ) -> None:
     """Talk to an agent whose memory is paged: the REPL."""
     from pager.cli.chat import run
 
-    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model))
+    run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model,
+                    memory_model=memory_model))
 
 
 @command()
@@ -622,13 +629,18 @@ def serve(
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
     max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
+    idle: float = typer.Option(600.0, "--idle", help="seconds after which an unused session is closed (written to the store; it reopens on its next request)"),
+    max_open: int = typer.Option(256, "--max-open", help="most sessions open at once; beyond, the least recently used is closed"),
 ) -> None:
     """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
     from pager.serve import Limits, serve as run
 
+    if idle <= 0 or max_open < 1:
+        raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
     config = load_config(ctx, model=model, budget=budget)
     typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
-    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout))
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
+        max_open=max_open, idle_s=idle)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")

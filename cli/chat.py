@@ -72,7 +72,18 @@ class StepPrinter:
             named = ", ".join(f"{m['page']} ({', '.join(m['keywords'][:3])})" for m in d["marks"][:4])
             more = f" (+{len(d['marks']) - 4})" if len(d["marks"]) > 4 else ""
             self.console.print(f"  [blue]bookmark model:[/] {escape(named)}{more}", highlight=False)
-        elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error"):
+        elif kind == "facts_written" and d["facts"] and d["source"] == "model":
+            said = "; ".join(f"{f.get('op', 'add')} {'f' + str(f['target']) if f.get('target') else f['subject']}: "
+                             f"{f['text']}" for f in d["facts"][:3])
+            more = f" (+{len(d['facts']) - 3})" if len(d["facts"]) > 3 else ""
+            self.console.print(f"  [blue]memory model:[/] {escape(said)}{more}", highlight=False)
+        elif kind == "state" and d["source"] == "memory":
+            change = f"unset {d['key']}" if d["unset"] else f"{d['key']} = {d['value']}"
+            self.console.print(f"  [blue]memory model, state:[/] {escape(change)}", highlight=False)
+        elif kind == "memory_rejected":
+            self.console.print(f"  [dim]memory model: {len(d['rejected'])} item(s) left out "
+                               f"({escape(d['rejected'][0])})[/]", highlight=False)
+        elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error", "memory_error"):
             self.console.print(f"  [red]{kind}[/]: {escape(str(d.get('error') or d.get('text') or d))}", highlight=False)
 
     def _flush(self, head: str) -> None:
@@ -140,7 +151,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             remote = LiteLLMModel(model_name, output_tokens=config.output_tokens)
             remote.check()
             model = remote
-        home.writer  # noqa: B018 - the bookmark model's key is checked up front too
+        home.writer  # noqa: B018 - the bookmark (or memory) model's key is checked up front too
         agent = Agent(session, model, speaker=config.user or "user")
         # a chat that cannot start (no key, a budget too small) leaves no trace: there is nothing to replay
         writer = TraceWriter(trace_path(home, session), note=f"pager chat session {session.name!r}")

@@ -26,6 +26,7 @@ ENV = {
     "PAGER_PAGE_TOKENS": "page_tokens",
     "PAGER_EMBEDDER": "embedder",
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
+    "PAGER_MEMORY_MODEL": "memory_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
@@ -82,7 +83,8 @@ class Config:
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
     embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model
     bookmark_model: str = ""     # litellm model that writes bookmarks of sealed pages; empty: offline extraction only
-    bookmark_batch: int = 8      # sealed pages per bookmark-writer call
+    bookmark_batch: int = 8      # sealed pages per bookmark-writer call (and per memory-model call)
+    memory_model: str = ""       # litellm model that writes bookmarks, facts and state of sealed pages, one call a batch
     tokenizer: str = ""          # tiktoken encoding; empty means chosen from the model
     s3_endpoint: str = ""        # S3-compatible endpoint URL (MinIO, R2, a local server); empty: AWS
     s3_region: str = ""          # S3 region; most S3-compatible servers want one (us-east-1)
@@ -118,8 +120,16 @@ class Config:
         if self.lease_s <= 0 or self.lease_wait_s < 0 or self.lease_idle_s < 0:
             raise ConfigError(f"lease_s {self.lease_s} must be above 0, lease_wait_s {self.lease_wait_s} and "
                               f"lease_idle_s {self.lease_idle_s} 0 or more")
+        if self.memory_model and self.bookmark_model and self.memory_model != self.bookmark_model:
+            raise ConfigError("the memory model writes the bookmarks too, in the same call; give --memory-model "
+                              "(PAGER_MEMORY_MODEL) alone, or drop it for --bookmark-model")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
+
+    @property
+    def writer_model(self) -> str:
+        """The model that names sealed pages: the memory model if set, else the bookmark model; "" for none."""
+        return self.memory_model or self.bookmark_model
 
     @property
     def db_uri(self) -> str:

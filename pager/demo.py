@@ -2,7 +2,11 @@
 
 It ingests nine months of weekly check-ins into a fresh home under a small budget, shows
 the frames filling and pages being evicted, then asks questions about facts from months
-earlier and shows the pages that hold them faulting back in.
+earlier and shows the pages that hold them faulting back in. Then the memory tiers: the
+facts a memory model would write (recorded by the project for this conversation, so no model
+is called), one superseded when its value changed, and the working state the offline shell
+keeps when Maya states a value, and the summaries written offline (one per episode, and a
+rolling one).
 """
 
 from __future__ import annotations
@@ -30,6 +34,18 @@ def conversation_path() -> Path:
     return Path(str(resources.files("pager.data").joinpath("demo_conversation.jsonl")))
 
 
+def recorded_memory():
+    """The demo's recorded memory model: facts the project wrote for its conversation (demo_memory.jsonl)."""
+    import json
+
+    from .facts import Recorded
+
+    path = Path(str(resources.files("pager.data").joinpath("demo_memory.jsonl")))
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    refs = {str(t) for row in rows for t in row["turns"]}
+    return Recorded([(r["subject"], r["text"], [str(t) for t in r["turns"]]) for r in rows], {r: int(r) for r in refs})
+
+
 def run(budget: int = 2048, keep: Path | None = None, console: Console | None = None) -> dict:
     from .data.demo_script import QUESTIONS
 
@@ -50,11 +66,12 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
                       f"everything else lives on disk (LanceDB in {escape(str(folder))}).\n")
         _ingest(session, messages, console)
         results = _ask(session, QUESTIONS, console)
+        tiers = _tiers(session, console)
         _report(session, home, results, console)
         _replay(console)
         console.print(f"\nWall time {time.perf_counter() - started:.1f} s.")
         _next(console, keep)
-        return {"found": sum(r[2] for r in results), "asked": len(results), **session.stats()}
+        return {"found": sum(r[2] for r in results), "asked": len(results), **tiers, **session.stats()}
 
 
 def _next(console: Console, keep: Path | None) -> None:
@@ -115,8 +132,66 @@ def _ask(session, questions, console: Console) -> list[tuple[str, list[str], boo
     return results
 
 
+def _tiers(session, console: Console) -> dict:
+    """Facts from the recorded memory model, one superseded; state the offline shell parses; and a
+    question about the value before. A row per tier, so a tier that arrives later adds its own."""
+    from .agent import Agent
+    from .data.demo_script import BEFORE, STATEMENTS
+    from .model import HandlerModel
+    from .offline import OfflineShell
+    from .summaries import Extractive
+
+    console.print("[bold]3. Memory tiers[/] — facts a memory model would write (recorded by the project for this "
+                  "conversation: no model is called), and the working state the offline shell keeps:")
+    facts = session.extract_facts(recorded_memory())
+    old = [f for f in facts if session.facts.superseded_by(f) is not None]
+    console.print(f"  [bold]facts[/]      {len(facts)} written from the pages, {len(old)} superseded "
+                  "(kept, with the date it stopped being true):")
+    for f in old[:1]:
+        for line in (session.facts.line(f), session.facts.line(session.facts.superseded_by(f))):
+            console.print(f"     {escape(line)}", highlight=False)
+    agent = Agent(session, HandlerModel(OfflineShell()), speaker="Maya")
+    for text in STATEMENTS:
+        reply = agent.ask(text)
+        console.print(f"  [bold]Maya:[/] {escape(text)}  [dim]→ {escape(', '.join(c['name'] for c in reply.tool_calls))}[/]",
+                      highlight=False)
+    for key, change in session.state.current.items():
+        before = [c.value for c in session.state.history(key)[:-1]]
+        console.print(f"  [bold]state[/]      {escape(key)}: {escape(change.value)} (p{change.page})"
+                      + (f" · before: {escape(', '.join(before))}" if before else ""), highlight=False)
+    question, needle = BEFORE
+    context = build(session, question, chat=False)
+    fact = next(f for f in session.facts.items if needle in f.text)
+    holder = next((n for n in context.pages if needle in (session.render.body(n) or "")), None)
+    console.print(f"  [bold]Q:[/] {escape(question)}")
+    if fact.n in context.facts:
+        console.print(f"     [green]✓[/] the superseded fact is in the prompt: {escape(session.facts.line(fact))}",
+                      highlight=False)
+    elif holder is not None:   # its page is in view, so the fact gives its frame share to others
+        later = session.facts.superseded_by(fact)
+        console.print(f"     [green]✓[/] p{holder} ({session.render.page_dates(holder)}) is in the prompt with the old "
+                      f"value, which {fact.id} marks superseded by {later.id} on {later.date}", highlight=False)
+    else:
+        console.print(f"     [red]✗[/] neither {fact.id} nor its page is in the prompt")
+    answer = fact if fact.n in context.facts or holder is not None else None
+    made = session.summarize(Extractive())   # offline: the central sentences of each closed episode, verbatim
+    episodes, rolling = session.summaries.episodes(), session.summaries.rolling
+    console.print(f"  [bold]summaries[/]  {len(episodes)} episodes (a check-in, or a shift of topic) and a rolling "
+                  f"summary of the whole session ({rolling.span if rolling else 'none yet'}), written offline: "
+                  "the most central sentences, verbatim; the episode of the team's change:", highlight=False)
+    changed = session.facts.superseded_by(old[0]) if old else None
+    page = changed.pages[0] if changed and changed.pages else 0
+    episode = next((e for e in episodes if e.pages[0] <= page <= e.pages[1]), None)
+    if episode is not None:
+        line = session.summaries.line(episode)
+        console.print(f"     {escape(line if len(line) <= 160 else line[:159] + '…')}", highlight=False)
+    console.print()
+    return {"facts": len(facts), "superseded": len(old), "state": session.state.values(), "before": answer is not None,
+            "summaries": len(made)}
+
+
 def _report(session, home: Home, results, console: Console) -> None:
-    console.print("[bold]3. Report[/]")
+    console.print("[bold]4. Report[/]")
     stats = session.stats()
     home.flush()
     on_disk = home.store.turn_count(session.user, session.name)
@@ -132,7 +207,7 @@ def _replay(console: Console) -> None:
     from . import replay as rp
 
     trace = Path(str(resources.files("pager.data").joinpath("demo_trace.jsonl")))
-    console.print("\n[bold]4. Replay[/] — a bundled trace of this conversation with the offline agent is re-run "
+    console.print("\n[bold]5. Replay[/] — a bundled trace of this conversation with the offline agent is re-run "
                   "through the live engine and compared event by event, then re-run under each policy:")
     run = rp.replay(trace, check=True)
     verdict = "[green]reproduced exactly[/]" if run.divergence is None else f"[red]{run.divergence.describe()}[/]"

@@ -3,7 +3,9 @@
 Each fact names the turns it came from (and so its pages), a subject key and when it became
 true. A newer fact on the same subject supersedes the older one, which stays, marked with its
 dates: supersession is derived from the facts in order, never stored as an edit, so every
-process holding the same facts agrees on it and nothing is deleted.
+process holding the same facts agrees on it and nothing is deleted. A fact that stops being
+true with nothing in its place is ended the same way: by an *end* record on its subject (a fact
+with `ends` set, saying when and why), after which the subject has no current value.
 
 Facts reach the prompt in slabs: a slab is one frame of `page_tokens` holding as many facts as
 fit (a 25-token fact costs 25 tokens, not a frame), so the frame arithmetic of context assembly
@@ -33,6 +35,8 @@ class Draft:
     text: str
     turns: tuple[int, ...]
     ts: float | None = None
+    op: str = "add"      # "add", "update" (supersedes fact number `target`), "invalidate" (ends it)
+    target: int = 0      # the fact an update or invalidate is about
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Fact:
     ts: float          # valid from
     date: str
     source: str        # "recorded", "model", "script"
+    ends: bool = False  # an end record: the fact before it on its subject stopped being true, none replaces it
 
     @property
     def id(self) -> str:
@@ -54,7 +59,7 @@ class Fact:
 def fact_record(f: Fact) -> dict:
     """A fact as the journal and the store keep it."""
     return {"n": f.n, "subject": f.subject, "text": f.text, "turns": list(f.turns), "pages": list(f.pages),
-            "ts": f.ts, "date": f.date, "source": f.source}
+            "ts": f.ts, "date": f.date, "source": f.source, "ends": f.ends}
 
 
 def subject_key(subject: str) -> str:
@@ -89,13 +94,28 @@ class Facts:
         return same[i - 1] if i > 0 else None
 
     def superseded_by(self, fact: Fact) -> Fact | None:
+        """The record after this fact on its subject: a new value, or an end record; None while current."""
         same = self._subjects[subject_key(fact.subject)]
         i = same.index(fact)
         return same[i + 1] if i + 1 < len(same) else None
 
     def current(self, subject: str) -> Fact | None:
+        """The subject's value now: its newest fact, or None if it was never set or has ended."""
         same = self._subjects.get(subject_key(subject))
-        return same[-1] if same else None
+        return same[-1] if same and not same[-1].ends else None
+
+    def get(self, n: int) -> Fact | None:
+        return self.items[n - 1] if 0 < n <= len(self.items) and self.items[n - 1].n == n else None
+
+    def similar(self, text: str, vector: np.ndarray | None = None, k: int = 8) -> list[Fact]:
+        """The current facts nearest to a text, best first: what a memory model decides an update against."""
+        out = []
+        for fact, _ in self.search(text, vector, k=len(self.items)):
+            if not fact.ends and self.superseded_by(fact) is None:
+                out.append(fact)
+                if len(out) == k:
+                    break
+        return out
 
     def history(self, subject: str) -> list[Fact]:
         return list(self._subjects.get(subject_key(subject), []))
@@ -150,9 +170,14 @@ class Facts:
     def line(self, fact: Fact) -> str:
         """`- f12 (8 May 2023, p4): text`, or with its end and successor when superseded."""
         later = self.superseded_by(fact)
-        when = fact.date + (f" → {later.date}, superseded by {later.id}" if later else "")
+        when = fact.date + (f" → {later.date}, {'ended' if later.ends else 'superseded'} by {later.id}" if later else "")
         pages = ",".join(f"p{p}" for p in fact.pages[:2])
-        return f"- {fact.id} ({when}{', ' + pages if pages else ''}): {fact.text}"
+        text = fact.text
+        if fact.ends:
+            same = self._subjects[subject_key(fact.subject)]
+            before = same[same.index(fact) - 1] if same.index(fact) > 0 else None
+            text = f"no longer true{' (' + before.id + ')' if before else ''}: {text}"
+        return f"- {fact.id} ({when}{', ' + pages if pages else ''}): {text}"
 
     def to_json(self) -> list[dict]:
         out = []
@@ -160,8 +185,10 @@ class Facts:
             later = self.superseded_by(f)
             out.append({"id": f.id, "subject": f.subject, "text": f.text, "turns": list(f.turns),
                         "pages": [f"p{p}" for p in f.pages], "valid_from": f.ts, "date": f.date,
-                        "valid_to": later.ts if later else None, "superseded_by": later.id if later else None,
-                        "source": f.source})
+                        "valid_to": later.ts if later else None,
+                        "superseded_by": later.id if later and not later.ends else None,
+                        **({"ended_by": later.id} if later and later.ends else {}),
+                        **({"ends": True} if f.ends else {}), "source": f.source})
         return out
 
 

@@ -93,7 +93,8 @@ def _read_counts(data: bytes) -> tuple[int, int, bool]:
 class Home:
     def __init__(self, config: Config, store: Store | None = None, embedder: Embedder | None = None,
                  tokenizer: Tokenizer | None = None, clock: Callable[[], float] = time.time,
-                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None) -> None:
+                 durable: bool = True, read_only: bool = False, warn: Callable[[str], None] | None = None,
+                 writer=None) -> None:
         self.config = config
         self.clock = clock
         self.path = Path(config.home)
@@ -109,7 +110,7 @@ class Home:
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
         self._embedder = embedder
         self._store = store
-        self._writer = None
+        self._writer = writer   # the bookmark or memory writer; built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._early = None                # the helper thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
@@ -143,15 +144,24 @@ class Home:
 
     @property
     def writer(self):
-        """The model that writes bookmarks of sealed pages, or None (offline extraction only)."""
-        if self._writer is None and self.config.bookmark_model:
+        """The model that writes bookmarks of sealed pages (the memory model: bookmarks, facts and state
+        in one call per batch), or None (offline extraction only)."""
+        if self._writer is None and self.config.writer_model:
             from .llm import LiteLLMModel
-            from .writer import BookmarkWriter
 
-            model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
-            # a missing key is one line naming the variable, before anything is accepted
-            model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
-            self._writer = BookmarkWriter(model, self.config.bookmark_batch)
+            if self.config.memory_model:
+                from .memory import MemoryWriter
+
+                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0)
+                # a missing key is one line naming the variable, before anything is accepted
+                model.check("drop --memory-model (PAGER_MEMORY_MODEL) for offline memory only")
+                self._writer = MemoryWriter(model, self.config.bookmark_batch)
+            else:
+                from .writer import BookmarkWriter
+
+                model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
+                model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
+                self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer
 
     @property
@@ -187,6 +197,22 @@ class Home:
             raise ConfigError(f"session {key[1]!r} is already open with policy {self.sessions[key].policy.name}, not "
                               f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
+
+    def unload(self, user: str, session: str) -> None:
+        """Close one open session (a server letting go of an idle one): everything it holds written to
+        the store, its index cached, its memory let go. The next open loads it again, nothing lost."""
+        key = (user, session)
+        with self._mutex:
+            s = self.sessions.get(key)
+            if s is None:
+                return
+            self.flush()
+            self.save_index(s)
+            self.save_snapshot(s)
+            del self.sessions[key]
+            mutex = self._lock_mutexes.get(key)
+            if mutex is not None and not mutex.locked():   # every user of it holds self._mutex
+                del self._lock_mutexes[key]
 
     def exists(self, user: str, session: str) -> bool:
         """Whether the session holds anything, in the store or in a journal."""
@@ -328,9 +354,10 @@ class Home:
         """The turns' texts embedded on a helper thread while this one waits for the journal's fsync
         (which releases the GIL): most of them are pieces of pages about to be sealed, and
         Session._embed_pending takes their vectors from here instead of embedding them again (the
-        same vectors: an embedder embeds each text on its own). Only with a durable journal, an
-        embedder already loaded, and a group large enough to pay for the hand-over; else None."""
-        if not self.journal.fsync or self._embedder is None or len(turns) < self.EARLY:
+        same vectors: an embedder embeds each text on its own). Only when the append waits for an
+        fsync (not inside Journal.deferred), with an embedder already loaded, and a group large
+        enough to pay for the hand-over; else None."""
+        if not self.journal.syncs_on_append() or self._embedder is None or len(turns) < self.EARLY:
             return None
         if self._early is None or self._early_pid != os.getpid():   # a forked child has no helper thread
             from concurrent.futures import ThreadPoolExecutor

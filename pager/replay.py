@@ -33,7 +33,8 @@ from .writer import Written
 # what a recording fed in (input, other processes, model answers that are not replies); replay feeds
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
-          "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "summaries_written", "summary_in"}
+          "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "state_written",
+          "memory_rejected", "summaries_written", "summary_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -248,14 +249,18 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "user":
             if agent is None:
                 agent = agent_factory(event.get("speaker", "user"))
-            agent.ask(event["text"])
+            agent.speaker = event.get("speaker", agent.speaker)   # a server's clients may name themselves
+            agent.ask(event["text"], key=event.get("key", ""), instructions=event.get("instructions", ""),
+                      tools=event.get("tools"), resume=event.get("resume"))
         elif kind == "command":
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":
             external(session, AGENT, event["name"], event["arguments"])
         elif kind == "facts_written":   # the memory model's recorded answer; replay calls no model
-            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts")) for f in event["facts"]],
-                              event["source"])
+            session.add_facts([Draft(f["subject"], f["text"], tuple(f["turns"]), f.get("ts"), f.get("op", "add"),
+                                     f.get("target", 0)) for f in event["facts"]], event["source"])
+        elif kind == "state_written":   # the memory model's recorded state changes
+            session.apply_state([(c["key"], None if c.get("unset") else c["value"]) for c in event["changes"]])
         elif kind == "summaries_written":   # a summary producer's recorded answer; replay calls no producer
             session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]), x.get("ts"))
                                    for x in event["summaries"]], event["source"])

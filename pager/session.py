@@ -231,11 +231,8 @@ class Session:
     def number(self, drafts: list[Turn], last_turn: int) -> tuple[list[Turn], list[Turn]]:
         """(the turns to write, one turn per draft): numbered after the durable last turn, under the
         session's lock after sync; a draft whose key the session holds gets its turn, not a new one."""
-        if any(d.key for d in drafts) and not self._keys_loaded:
-            self.home.store.refresh()
-            for key, turn in self.home.store.keys(self.user, self.name).items():
-                self.keys.setdefault(key, turn)
-            self._keys_loaded = True
+        if any(d.key for d in drafts):
+            self._load_keys()
         self._recognise_exported([d.key for d in drafts if d.key.startswith("turn:") and d.key not in self.keys])
         base = max(last_turn, self.turn_count, max(self._waiting, default=0))
         new: list[Turn] = []
@@ -252,6 +249,18 @@ class Session:
             if d.key:
                 batch[d.key] = t.turn
         return new, out
+
+    def _load_keys(self) -> None:
+        if not self._keys_loaded:
+            self.home.store.refresh()
+            for key, turn in self.home.store.keys(self.user, self.name).items():
+                self.keys.setdefault(key, turn)
+            self._keys_loaded = True
+
+    def held(self, key: str) -> int | None:
+        """The turn that holds an idempotency key, if this session has taken one in with it."""
+        self._load_keys()
+        return self.keys.get(key)
 
     def _recognise_exported(self, keys: list[str]) -> None:
         """Keys `pager export` wrote for turns that had none (`Turn.identity`): a key names a turn of
@@ -326,7 +335,7 @@ class Session:
                   tokens=self.tokenizer.count(turn.text), ref=turn.ref)
         for page in self.packer.add(turn, start):
             self._seal(page)
-            if own and self.home.config.bookmark_model:
+            if own and self.home.config.writer_model:
                 self.unwritten.append(page.n)
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
@@ -563,20 +572,31 @@ class Session:
         return mark
 
     def write_bookmarks(self, force: bool = False) -> list:
-        """Have the bookmark model name the pages sealed since it last did, a batch per call (all
-        batches with force, else only full ones). Returns what it wrote (writer.Written). A failing
-        model is an event and `writer_error`, never an exception: its batch keeps the offline keywords."""
+        """Have the bookmark model (or the memory model, which also writes facts and state in the same
+        call) name the pages sealed since it last did, a batch per call (all batches with force, else
+        only full ones). Returns the bookmarks it wrote (writer.Written). A failing model is an event
+        (`writer_error`, or `memory_error` for the memory model), never an exception: its batch keeps
+        the offline keywords, and every turn stays."""
         writer = self.home.writer
         written: list = []
         while writer and self.unwritten and (force or len(self.unwritten) >= writer.batch):
             batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
+            pages = [self.pages[n] for n in batch]
             try:
-                marks = writer.write([self.pages[n] for n in batch])
+                answer = writer.write(pages) if not writer.memory else writer.write(pages, self)
             except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
-                self.writer_error = " ".join(str(exc).split())[:300]
-                self.emit("writer_error", pages=[page_id(n) for n in batch], error=self.writer_error)
+                error = " ".join(str(exc).split())[:300] or type(exc).__name__
+                if writer.memory:
+                    self.memory_error = error
+                    self.emit("memory_error", pages=[page_id(n) for n in batch], error=error)
+                else:
+                    self.writer_error = error
+                    self.emit("writer_error", pages=[page_id(n) for n in batch], error=error)
                 break
+            marks = answer.marks if writer.memory else answer
             self.apply_written(marks)
+            if writer.memory:
+                self.apply_memory(answer, batch)
             written += marks
         return written
 
@@ -587,6 +607,27 @@ class Session:
         for m in marks:
             if m.page in self.pages:
                 self._bookmark(tuple(m.keywords), (m.page,), m.note, source="writer")
+
+    def apply_memory(self, answer, pages: list[int]) -> None:
+        """Keep a memory model's answer (memory.Answer): what it got wrong is one `memory_rejected`
+        event, its facts are kept (add, update, invalidate) and its state changes made."""
+        if answer.rejected:
+            self.emit("memory_rejected", pages=[page_id(n) for n in pages], rejected=list(answer.rejected))
+        if answer.facts:
+            self.add_facts(answer.facts, "model")
+        if answer.state:
+            self.apply_state(answer.state)
+
+    def apply_state(self, changes: list[tuple[str, str | None]]) -> None:
+        """A memory model's state changes, (key, value) or (key, None) to unset; replay feeds the
+        recorded ones here. One that no longer applies (an unset of a key not set) changes nothing."""
+        self.emit("state_written", changes=[{"key": k, "value": v} if v is not None else {"key": k, "unset": True}
+                                            for k, v in changes])
+        for key, value in changes:
+            try:
+                self.set_state(key, value, source="memory")
+            except InputError:  # checked when parsed; a recorded answer from an older pager may not be
+                continue
 
     def _journal_op(self, record: dict) -> None:
         self.home.journal_op(self, record)
@@ -644,7 +685,8 @@ class Session:
         """Keep a producer's answer as facts (replay feeds the recorded answer here): each placed on the
         pages of its turns, dated by its last turn unless it says when it became true."""
         self.emit("facts_written", source=source, facts=[{"subject": d.subject, "text": d.text, "turns": list(d.turns),
-                                                          **({"ts": d.ts} if d.ts is not None else {})}
+                                                          **({"ts": d.ts} if d.ts is not None else {}),
+                                                          **({"op": d.op, "target": d.target} if d.op != "add" else {})}
                                                          for d in drafts])
         turn_pages = self._turn_pages({t for d in drafts for t in d.turns})
         drafts = [d for d in drafts if d.text.strip()]
@@ -655,9 +697,15 @@ class Session:
             for d in drafts:
                 turns = tuple(t for t in d.turns if t in turn_pages)
                 when = d.ts if d.ts is not None else max((turn_pages[t][1] for t in turns), default=self.clock())
+                subject, ends = d.subject, False
+                if d.op in ("update", "invalidate"):  # on the subject of the fact it replaces or ends, after it
+                    target = self.facts.get(d.target) or next((f for f in made if f.n == d.target), None)
+                    if target is None:
+                        continue
+                    subject, ends, when = target.subject, d.op == "invalidate", max(when, target.ts)
                 pages = tuple(sorted({p for t in turns for p in turn_pages[t][0]}))
-                made.append(Fact(len(self.facts) + len(made) + 1, d.subject, " ".join(d.text.split()), turns, pages,
-                                 when, date_label(when), source))
+                made.append(Fact(len(self.facts) + len(made) + 1, subject, " ".join(d.text.split()), turns, pages,
+                                 when, date_label(when), source, ends))
             return [{"op": "fact", **fact_record(f)} for f in made]
 
         if drafts:
@@ -674,7 +722,8 @@ class Session:
             older = self.facts.add(fact, vector)
             if event == "fact":
                 self.emit("fact", fact=fact.id, subject=fact.subject, pages=[page_id(p) for p in fact.pages],
-                          turns=list(fact.turns), supersedes=older.id if older else "")
+                          turns=list(fact.turns), supersedes=older.id if older else "",
+                          **({"ends": True} if fact.ends else {}))
             elif event:  # another process's fact: an input replay feeds back
                 self.emit(event, **fact_record(fact))
 

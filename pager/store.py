@@ -32,9 +32,9 @@ from .facts import Fact, fact_record
 from .state import Change
 from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 6  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+SCHEMA_VERSION = 7  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
                     # 4: tables of working-state changes and facts; 5: a table of summaries;
-                    # 6: vectors of the embedder's size (wordllama 128)
+                    # 6: vectors of the embedder's size (wordllama 128); 7: facts gain `ends`
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -250,7 +250,8 @@ class LanceStore:
             "state_changes": pa.schema([("user", s), ("session", s), ("seq", i), ("key", s), ("value", s),
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
-                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s)]),
+                                ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s),
+                                ("ends", pa.bool_())]),
             "summaries": pa.schema([("user", s), ("session", s), ("n", i), ("kind", s), ("key", s), ("version", i),
                                     ("text", s), ("pages", pa.list_(i)), ("turns", pa.list_(i)), ("ts", f),
                                     ("date", s), ("source", s)]),
@@ -739,6 +740,19 @@ def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:
     return head / np.maximum(np.linalg.norm(head, axis=1, keepdims=True), 1e-12)
 
 
+@migration
+def m007_fact_ends(store: LanceStore) -> None:
+    """facts gain `ends`: a record that ends the fact before it on its subject, with no new value"""
+    table = store._tables["facts"]
+    if "ends" not in table.schema.names:
+        try:
+            table.add_columns({"ends": "CAST(false AS BOOLEAN)"})
+        except (OSError, RuntimeError, ValueError):
+            table.checkout_latest()
+            if "ends" not in table.schema.names:  # not another process's migration: a real failure
+                raise
+
+
 def fact_from(r: dict) -> Fact:
     return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
-                r["date"], r["source"])
+                r["date"], r["source"], bool(r.get("ends") or False))

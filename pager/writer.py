@@ -35,6 +35,8 @@ class Written:
 class BookmarkWriter:
     """Asks `model` for keywords of up to `batch` pages per call."""
 
+    memory = False   # names pages only (pager.memory.MemoryWriter also writes facts and state)
+
     def __init__(self, model: Model, batch: int = 8) -> None:
         self.model, self.batch = model, batch
 
@@ -56,17 +58,27 @@ def parse(text: str, wanted: dict[str, int]) -> list[Written]:
         data = json.loads(match.group(0))
     except json.JSONDecodeError:
         return []
+    return marks_from(data, wanted)
+
+
+def marks_from(data, wanted: dict[str, int], rejected: list[str] | None = None) -> list[Written]:
+    """Bookmarks from a decoded answer {page id: {"keywords": [...], "note": "..."}}; what is not
+    usable is skipped, and said in `rejected` when given."""
     if not isinstance(data, dict):
         return []
     out = []
     for key, value in data.items():
         n = wanted.get(str(key).strip().lower())
         if n is None or not isinstance(value, dict):
+            if rejected is not None:
+                rejected.append(f"bookmarks[{str(key)[:20]!r}]: " + ("not a page shown" if n is None else "not an object"))
             continue
         raw = value.get("keywords")
         if isinstance(raw, str):
             raw = raw.split(",")
         if not isinstance(raw, list):
+            if rejected is not None:
+                rejected.append(f"bookmarks[{key!r}]: no list of keywords")
             continue
         keywords = []
         for k in raw:

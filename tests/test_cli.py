@@ -1,6 +1,7 @@
 """The command line: instant help, ingest, inspect --json, demo, errors as one line."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -66,7 +67,15 @@ def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
     assert result.exit_code == 0, result.output
     assert "facts found in the prompt" in result.output
     assert "6 / 6" in result.output
-    assert "390 / 390" in result.output
+    assert "394 / 394" in result.output    # the 390 turns of the file, and Maya's two statements with their replies
+    said = " ".join(result.output.split())
+    # the tiers: recorded facts with one superseded, the state the offline shell parsed, the value before
+    assert "facts 14 written from the pages, 1 superseded" in said
+    assert "f2 (5 Mar 2025 → 14 Jul 2025, superseded by f9, p2): The platform team has six engineers and one SRE." in said
+    assert "state half marathon target: 1:40 (p71) · before: 1:45" in said
+    assert "✓ p2 (5 March 2025) is in the prompt with the old value, which f2 marks superseded by f9" in said
+    assert re.search(r"summaries \d+ episodes .* and a rolling summary of the whole session \(p1–p\d+\)", said)
+    assert re.search(r"- s\d+ \(e\d+ · p39–p40, 14 Jul 2025\): assistant: Priya Raman, senior SRE", said)
 
 
 def test_search_shows_ranked_pages_with_signals(tmp_path):

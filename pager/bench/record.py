@@ -21,13 +21,14 @@ from ..trace import TraceWriter, begin
 
 
 def record(out: Path, messages: list[dict], questions: Iterable[str], config: Config, note: str,
-           model: Model | None = None, setup=None, chunk: int = 64) -> dict:
-    """Ingest messages in chunks, run setup(session, agent) if given, then ask each question."""
+           model: Model | None = None, setup=None, chunk: int = 64, writer=None) -> dict:
+    """Ingest messages in chunks, run setup(session, agent) if given, then ask each question.
+    writer: a bookmark or memory writer (its answers are recorded; replay calls no model)."""
     model = model or HandlerModel(OfflineShell())
     out = Path(out)
     out.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="pager-record-") as folder:
-        home = Home(config.with_(home=Path(folder)), store=MemoryStore(), durable=False)
+        home = Home(config.with_(home=Path(folder)), store=MemoryStore(), durable=False, writer=writer)
         session = home.open()
         writer = TraceWriter(out, note=note)
         session.events.listeners.append(writer)

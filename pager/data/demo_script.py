@@ -4,7 +4,9 @@ Nine months of weekly check-ins between Maya, who leads the platform team of a s
 notes-app startup, and her assistant. A dozen facts are planted early (a decision, an
 allergy, a budget, an incident's root cause, a hire's start date…) among everyday talk
 that reuses the same words in other contexts, and the demo asks about them much later.
-Written by the project, deterministic: `python -m pager.data.demo_script` rewrites the file.
+Written by the project, deterministic: `python -m pager.data.demo_script` rewrites the file, and
+demo_memory.jsonl beside it: the facts a memory model would make of the conversation (MEMORY),
+which the demo loads as a recorded memory model.
 """
 
 from __future__ import annotations
@@ -111,6 +113,44 @@ def build(seed: int = 7) -> list[dict]:
     return rows
 
 
+# What a memory model would make of the facts above: (subject, statement) per sitting, written by the
+# project and shipped as pager/data/demo_memory.jsonl (each with the turn it comes from), the demo's
+# recorded memory model. A subject holds one value at a time: the team's size changes when Priya joins.
+MEMORY = {
+    1: [("Maya's role", "Maya Lindqvist leads the platform team at Loom."),
+        ("platform team size", "The platform team has six engineers and one SRE.")],
+    3: [("Sam Okafor's allergy", "Sam Okafor has a severe peanut allergy and carries an EpiPen.")],
+    5: [("sync engine", "The sync engine uses the Yjs CRDT instead of operational transform, which broke on long "
+                        "offline edits.")],
+    8: [("Lisbon offsite", "The Lisbon offsite is approved: a budget of 18,400 euros, Casa do Rio, 12 to 14 June.")],
+    11: [("database migration", "Loom is moving from MongoDB to Postgres 16: staging cluster heron-staging, "
+                                "production heron-prod.")],
+    14: [("Maya's dog", "Maya has a corgi called Biscuit.")],
+    17: [("July sync outage", "On 2 July the sync service dropped writes for 41 minutes; the root cause was a missing "
+                              "index on doc_versions.updated_at.")],
+    20: [("platform team size", "The platform team grows to six engineers and two SREs: Priya Raman joins as senior "
+                                "SRE on 1 September."),
+         ("Priya Raman", "Priya Raman accepted the senior SRE offer; she starts on 1 September.")],
+    23: [("public API rate limit", "The public API allows 600 requests per minute per workspace, with a burst of 100.")],
+    26: [("Loom 2.0 launch", "Loom 2.0 launches on 14 October, with a code freeze on 30 September.")],
+    29: [("Halvorsen Shipping deal", "Halvorsen Shipping needs SSO through Okta before signing a contract worth "
+                                     "96,000 dollars a year.")],
+    32: [("Maya's half marathon", "Maya is training for the Berlin half marathon in April, aiming for 1:45.")],
+}
+
+
+def memory(rows: list[dict]) -> list[dict]:
+    """MEMORY as recorded facts: each statement with the number of the turn that said it."""
+    turn = {row["text"]: i + 1 for i, row in enumerate(rows)}
+    return [{"subject": subject, "text": text, "turns": [turn[FACTS[sitting][0]]]}
+            for sitting, said in sorted(MEMORY.items()) for subject, text in said]
+
+
+# What Maya tells the offline shell after the questions: plain statements it keeps in the working state.
+STATEMENTS = ["My half marathon target is 1:45.", "My half marathon target is now 1:40."]
+# A question about a value that changed, and the phrase of the older fact that answers it.
+BEFORE = ("How many SREs did the platform team have before Priya joined?", "one SRE")
+
 # Later questions, each naming the fact it needs (a phrase that must be on a resident page).
 QUESTIONS = [
     ("What did we pick for the sync engine back in the spring, and why?", "Yjs CRDT"),
@@ -123,11 +163,13 @@ QUESTIONS = [
 
 
 def main() -> None:
-    path = Path(__file__).with_name("demo_conversation.jsonl")
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in build():
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {path}")
+    rows = build()
+    for name, lines in (("demo_conversation.jsonl", rows), ("demo_memory.jsonl", memory(rows))):
+        path = Path(__file__).with_name(name)
+        with open(path, "w", encoding="utf-8") as fh:
+            for row in lines:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

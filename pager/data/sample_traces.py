@@ -9,12 +9,14 @@ with --check, so a change in the engine that alters a paging decision shows up t
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 from ..bench.record import record
 from ..config import Config
 from ..formats import parse_jsonl
+from ..memory import MemoryWriter
 from ..model import HandlerModel
 from ..offline import Script
 from .demo_script import QUESTIONS
@@ -28,6 +30,36 @@ def conversation() -> list[dict]:
 
 def _call(name: str, arguments: str, id: str) -> dict:
     return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class ScriptedMemory:
+    """A memory model written as a script (no LLM): it knows what a few sentences say, and decides
+    ADD, UPDATE or INVALIDATE against the facts its prompt shows with their ids, as a real one would."""
+
+    KNOWN = [("home city is Paris", "home city", "Maya lives in Paris.", "Paris"),
+             ("deadline is 14 March", "project deadline", "The project deadline is 14 March.", "14 March"),
+             ("dose is 10 mg", "medication dose", "Maya takes 10 mg of her medication.", "10 mg"),
+             ("home city is now Berlin", "home city", "Maya moved to Berlin.", "Berlin"),
+             ("deadline is now 21 March", "project deadline", "The project deadline moved to 21 March.", "21 March"),
+             ("stopped taking the medication", "medication dose", "Maya stopped taking the medication.", None)]
+
+    def __call__(self, messages: list[dict], tools: list[dict]) -> dict:
+        prompt = messages[-1]["content"]
+        shown = {subject: fid for fid, subject in re.findall(r"^- (f\d+) \[([^\]]+)\]", prompt, re.M)}
+        facts, state = [], []
+        for turn, line in re.findall(r"^\(t(\d+)\) (?:Maya|user): (.*)$", prompt, re.M):
+            for phrase, subject, text, value in self.KNOWN:
+                if phrase not in line:
+                    continue
+                if value is None:
+                    facts.append({"op": "INVALIDATE", "id": shown.get(subject, "?"), "text": text, "turns": [int(turn)]})
+                    state.append({"op": "unset", "key": subject})
+                else:
+                    op = {"op": "UPDATE", "id": shown[subject]} if subject in shown else {"op": "ADD", "subject": subject}
+                    facts.append({**op, "text": text, "turns": [int(turn)]})
+                    state.append({"op": "set", "key": subject, "value": value})
+        marks = {pid: {"keywords": ["check-in"], "note": "a check-in"} for pid in re.findall(r"^\[(p\d+)", prompt, re.M)}
+        return {"content": json.dumps({"bookmarks": marks, "facts": facts, "state": state})}
 
 
 def make(folder: Path) -> dict[str, dict]:
@@ -90,6 +122,21 @@ def make(folder: Path) -> dict[str, dict]:
         "The working state: the offline memory shell keeps plainly stated values with state_set (a move, a "
         "new deadline), the state block sits in every prompt before the pages, the current value answers "
         "and the state's history answers 'before'. Replies: the offline memory shell (no LLM).")
+    fillers = [f"Notes for today, item {i}: standup, two reviews and a deploy." for i in range(4)]
+    out["memory_model_updates"] = record(
+        folder / "memory_model_updates.jsonl", talk[:40],
+        ["My home city is Paris.", "The project deadline is 14 March.", "My medication dose is 10 mg.", *fillers,
+         "My home city is now Berlin.", "The project deadline is now 21 March.",
+         "I stopped taking the medication, the doctor says I am fine.", *fillers,
+         "What was my home city before?", "What is the project deadline?"],
+        Config(budget=2048, session="memory", memory_model="pager/script-memory", bookmark_batch=2),
+        "The memory model: one call per sealed batch of two pages returns bookmarks and memory operations, "
+        "decided against the similar facts shown with their ids: ADD the city, deadline and dose, UPDATE "
+        "the city and the deadline when they change (the old facts superseded, with their dates), "
+        "INVALIDATE the dose when Maya stops the medication (ended, nothing replaces it), and state keys "
+        "set and unset. Memory model: a script (no LLM); replies: the offline memory shell. Replay feeds "
+        "the recorded answers back (facts_written, state_written) and calls no model.",
+        writer=MemoryWriter(HandlerModel(ScriptedMemory(), "pager/script-memory"), 2))
     out["demo"] = record(
         HERE / "demo_trace.jsonl", talk, [q for q, _ in QUESTIONS], Config(budget=2048, session="demo"),
         "The demo's session: the bundled conversation under a 2048-token budget and the six demo questions. "

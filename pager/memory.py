@@ -1,0 +1,210 @@
+"""The memory model: one call per sealed batch of pages returns their bookmarks AND the memory
+operations they call for (facts to add, update or invalidate; working-state keys to set or unset).
+
+It is the bookmark writer widened, not a second model call: the prompt shows the pages (each line
+with its turn number), the *current* facts most similar to them, with ids (the update decision
+is made against those, as the best fact stores make it), and the working state. The answer is
+data, not trusted: `parse` keeps what is valid (a JSON object found inside code fences or before
+trailing text; items of the wrong type, unknown fact ids, turns not on these pages, overlong text
+are left out) and says what it left out in `rejected`, which the session records as one event.
+A model that fails or times out raises; the session turns that into a `memory_error` event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pager.prompts import render
+
+from .errors import InputError
+from .facts import Draft, Fact, Facts
+from .model import Model
+from .page import Page
+from .search import terms
+from .state import check as check_state
+from .writer import Written, marks_from
+
+SIMILAR = 8            # current facts shown to the model per batch
+MAX_FACT_CHARS = 300
+MAX_SUBJECT_CHARS = 60
+OPS = {"add", "update", "invalidate", "none"}
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+_FACT_ID = re.compile(r"^\s*f?(\d+)\s*$", re.I)
+_TURN_ID = re.compile(r"^\s*t?(\d+)\s*$", re.I)
+
+
+@dataclass
+class Answer:
+    """What a memory model said about a batch, the valid part only."""
+
+    marks: list[Written] = field(default_factory=list)
+    facts: list[Draft] = field(default_factory=list)
+    state: list[tuple[str, str | None]] = field(default_factory=list)   # (key, value); None unsets
+    rejected: list[str] = field(default_factory=list)                   # what was left out, and why
+
+
+class MemoryWriter:
+    """Asks `model` for bookmarks, facts and state changes of up to `batch` pages per call."""
+
+    memory = True
+
+    def __init__(self, model: Model, batch: int = 8, similar: int = SIMILAR) -> None:
+        self.model, self.batch, self.similar = model, batch, similar
+
+    def write(self, pages: list[Page], session) -> Answer:
+        """The model's answer for pages, in one call; raises when the model fails."""
+        shown = similar_facts(session, pages, self.similar)
+        prompt = render("memory_writer", pages=listing(pages), state=_state_lines(session),
+                        facts="\n".join(f"- {f.id} [{f.subject}] ({f.date}): {f.text}" for f in shown) or "(none yet)")
+        reply = self.model.complete([{"role": "user", "content": prompt}], [])
+        current = {f.n: f.text for f in session.facts.items if f.n in _current(session.facts)}
+        return parse(reply.text, pages, current)
+
+
+def listing(pages: list[Page]) -> str:
+    """Each page under its id and date, one line per turn (or part of one) led by its turn number."""
+    out = []
+    for p in pages:
+        head = f"[{p.id} · {p.date_first}]" if p.date_first else f"[{p.id}]"
+        out.append("\n".join([head] + [f"(t{turn}) {p.piece_text(i)}" for i, (turn, _, _) in enumerate(p.spans)]))
+    return "\n\n".join(out)
+
+
+def similar_facts(session, pages: list[Page], k: int) -> list[Fact]:
+    """The current facts nearest to any of the pages, best first, at most k."""
+    if not len(session.facts):
+        return []
+    vectors = session.home.embedder.embed([p.text for p in pages]).astype(np.float16).astype(np.float32)
+    ranked: dict[int, tuple[int, Fact]] = {}
+    for page, vector in zip(pages, vectors):
+        for rank, fact in enumerate(session.facts.similar(page.text, vector, k)):
+            if fact.n not in ranked or rank < ranked[fact.n][0]:
+                ranked[fact.n] = (rank, fact)
+    return [f for _, f in sorted(ranked.values(), key=lambda x: (x[0], x[1].n))][:k]
+
+
+def _current(facts: Facts) -> set[int]:
+    return {f.n for f in facts.items if not f.ends and facts.superseded_by(f) is None}
+
+
+def _state_lines(session) -> str:
+    return "\n".join(f"- {k}: {v}" for k, v in session.state.values().items()) or "(empty)"
+
+
+def decode(text: str):
+    """The first JSON object of a reply: inside a code fence or not, with any text before or after it."""
+    text = text or ""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        start = candidate.find("{")
+        while start != -1:
+            try:
+                value, _ = decoder.raw_decode(candidate, start)
+                if isinstance(value, dict):
+                    return value
+            except json.JSONDecodeError:
+                pass
+            start = candidate.find("{", start + 1)
+    return None
+
+
+def parse(text: str, pages: list[Page], known: dict[int, str]) -> Answer:
+    """The valid part of a memory model's answer for these pages; `known`: the facts (number → text)
+    an update or invalidate may name, the current ones."""
+    answer = Answer()
+    data = decode(text)
+    if data is None:
+        answer.rejected.append("the answer holds no JSON object: " + (" ".join((text or "").split())[:80] or "(empty)"))
+        return answer
+    marks = data.get("bookmarks", {})
+    if not isinstance(marks, dict):
+        answer.rejected.append(f"bookmarks: a {type(marks).__name__}, not an object keyed by page id")
+    answer.marks = marks_from(marks, {p.id: p.n for p in pages}, answer.rejected)
+    turns = {turn: p.piece_text(i).split(": ", 1)[-1] for p in pages for i, (turn, _, _) in enumerate(p.spans)}
+    facts = data.get("facts", [])
+    if not isinstance(facts, list):
+        answer.rejected.append(f"facts: a {type(facts).__name__}, not a list")
+        facts = []
+    for i, item in enumerate(facts):
+        draft = _fact(item, turns, known, answer.rejected, f"facts[{i}]")
+        if draft is not None:
+            answer.facts.append(draft)
+    answer.state = _state(data.get("state", []), answer.rejected)
+    return answer
+
+
+def _fact(item, turns: dict[int, str], known: dict[int, str], rejected: list[str], where: str) -> Draft | None:
+    if not isinstance(item, dict):
+        rejected.append(f"{where}: a {type(item).__name__}, not an object")
+        return None
+    op = str(item.get("op") or "add").strip().lower()
+    if op not in OPS:
+        rejected.append(f"{where}: unknown op {op[:20]!r}")
+        return None
+    if op == "none":
+        return None
+    text = item.get("text")
+    text = " ".join(text.split()) if isinstance(text, str) else ""
+    target = 0
+    if op in ("update", "invalidate"):
+        m = _FACT_ID.match(str(item.get("id", "")))
+        if not m or int(m.group(1)) not in known:
+            rejected.append(f"{where}: {op.upper()} names {str(item.get('id'))[:20]!r}, not a current fact shown")
+            return None
+        target = int(m.group(1))
+    if not text and op != "invalidate":
+        rejected.append(f"{where}: no text")
+        return None
+    if len(text) > MAX_FACT_CHARS:
+        rejected.append(f"{where}: a statement of {len(text)} characters; a fact is at most {MAX_FACT_CHARS}")
+        return None
+    subject = item.get("subject")
+    subject = " ".join(subject.split()) if isinstance(subject, str) else ""
+    if op == "add" and not subject:
+        rejected.append(f"{where}: ADD without a subject")
+        return None
+    cited = item.get("turns")
+    cited = cited if isinstance(cited, list) else [cited] if cited is not None else []
+    held = tuple(dict.fromkeys(int(m.group(1)) for t in cited if (m := _TURN_ID.match(str(t))) and int(m.group(1)) in turns))
+    if cited and not held:
+        rejected.append(f"{where}: its turns {str(cited)[:30]} are not on these pages")
+        return None
+    if not held:  # none cited: the turn of these pages that shares the most words with the statement
+        words = set(terms(text or known.get(target, "")))
+        best = max(turns, key=lambda t: (len(words & set(terms(turns[t]))), -t), default=None)
+        if best is None or not words & set(terms(turns[best])):
+            rejected.append(f"{where}: names no turn of these pages")
+            return None
+        held = (best,)
+    # an update or invalidate takes the subject of the fact it is about (Session.add_facts)
+    return Draft(subject[:MAX_SUBJECT_CHARS], text or "no longer true", held, None, op, target)
+
+
+def _state(raw, rejected: list[str]) -> list[tuple[str, str | None]]:
+    if isinstance(raw, dict):  # {"home city": "Berlin", "order id": null}: a shape models like to give
+        raw = [{"op": "unset" if v is None else "set", "key": k, "value": v} for k, v in raw.items()]
+    if not isinstance(raw, list):
+        rejected.append(f"state: a {type(raw).__name__}, not a list")
+        return []
+    out: list[tuple[str, str | None]] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            rejected.append(f"state[{i}]: not an object with a key")
+            continue
+        op = str(item.get("op") or "set").strip().lower()
+        value = item.get("value")
+        if op not in ("set", "unset") or (op == "set" and not isinstance(value, (str, int, float))):
+            rejected.append(f"state[{i}]: " + (f"unknown op {op[:20]!r}" if op not in ("set", "unset") else "set without a value"))
+            continue
+        try:
+            key, checked = check_state(item["key"], None if op == "unset" else str(value))
+        except InputError as exc:
+            rejected.append(f"state[{i}]: {exc}")
+            continue
+        out.append((key, checked if op == "set" else None))
+    return out
