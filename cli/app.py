@@ -629,13 +629,18 @@ def serve(
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
     max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
+    idle: float = typer.Option(600.0, "--idle", help="seconds after which an unused session is closed (written to the store; it reopens on its next request)"),
+    max_open: int = typer.Option(256, "--max-open", help="most sessions open at once; beyond, the least recently used is closed"),
 ) -> None:
     """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
     from pager.serve import Limits, serve as run
 
+    if idle <= 0 or max_open < 1:
+        raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
     config = load_config(ctx, model=model, budget=budget)
     typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
-    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout))
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
+        max_open=max_open, idle_s=idle)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")

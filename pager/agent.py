@@ -30,6 +30,7 @@ class Reply:
     tool_calls: list[dict] = field(default_factory=list)
     stopped: bool = False      # the step limit was reached
     error: str = ""            # the model failed; the user's message is still in memory
+    client_calls: list[dict] = field(default_factory=list)   # calls of the caller's own tools, for it to run
 
 
 # -- the fixed regions, scaled to the budget -------------------------------------------------------------------
@@ -68,13 +69,25 @@ def _paging(schemas: list[dict]) -> list[dict]:
     return [s for s in schemas if s["function"]["name"] not in optional]
 
 
+_COUNTED: dict[tuple[object, str], int] = {}   # the fixed texts (prompts, tool schemas) are counted once each
+
+
+def _count(session: Session, text: str) -> int:
+    key = (session.tokenizer, text)
+    if key not in _COUNTED:
+        if len(_COUNTED) > 512:   # clients' own tools vary: keep the cache small
+            _COUNTED.clear()
+        _COUNTED[key] = session.tokenizer.count(text)
+    return _COUNTED[key]
+
+
 def _tool_tokens(session: Session, tools: list[dict]) -> int:
-    return session.tokenizer.count(json.dumps(tools, separators=(",", ":"))) if tools else 0
+    return _count(session, json.dumps(tools, separators=(",", ":"))) if tools else 0
 
 
 def _fixed(session: Session, prefix: str, tools: list[dict]) -> int:
     """Tokens of the prompt that are not memory and not the message (context.build's arithmetic)."""
-    return session.tokenizer.count(prefix) + session.tokenizer.count(SEPARATOR) + _tool_tokens(session, tools) \
+    return _count(session, prefix) + _count(session, SEPARATOR) + _tool_tokens(session, tools) \
         + 2 * MESSAGE_OVERHEAD + REPLY_PRIMING
 
 
@@ -120,18 +133,28 @@ class Agent:
         self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
         self._ts = 0.0
         self._reply_key: Callable[[str], str] | None = None
+        self._instructions = ""
+        self._client_tools: list[dict] = []
 
-    def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None) -> Reply:
-        """Answer one message. key (and reply_key(reply text)) are idempotency keys for the turns,
-        for callers that resend a conversation (the HTTP proxy): a turn already held is not added again."""
+    def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None, instructions: str = "",
+            tools: list[dict] | None = None, resume: list[dict] | None = None) -> Reply:
+        """Answer one message. For callers that send their own conversation (the HTTP proxy): key (and
+        reply_key(reply text)) are idempotency keys for the turns, so a turn already held is not added
+        again; instructions join the system prompt; tools are the caller's own, offered to the model
+        with pager's, and a reply calling one ends the loop with `client_calls` for the caller to run;
+        resume is that exchange (the calls and their results) when the caller comes back with them.
+        Each is recorded in the `user` event when given, so replay asks the same."""
         s = self.session
+        self._instructions, self._client_tools = instructions, list(tools or [])
         self._check_fits(text)
         ts = s.clock()
-        s.emit("user", text=text, ts=ts, speaker=self.speaker)
+        extra = {k: v for k, v in (("key", key), ("instructions", instructions), ("tools", self._client_tools),
+                                   ("resume", list(resume or []))) if v}
+        s.emit("user", text=text, ts=ts, speaker=self.speaker, **extra)
         turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent", key=key)
         self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
         self._ts, self._reply_key = ts, reply_key
-        scratch: list[dict] = []
+        scratch: list[dict] = list(resume or [])
         calls: list[dict] = []
         budget = self.budget
         step = 0
@@ -145,7 +168,7 @@ class Agent:
                    pages=[f"p{n}" for n in ctx.pages])
             self.on_context(ctx)
             try:
-                reply = self.model.complete(ctx.messages() + scratch, self.tools)
+                reply = self.model.complete(ctx.messages() + scratch, self.tools + self._client_tools)
             except ContextOverflow as exc:
                 budget = int(budget * 0.75)
                 s.emit("overflow", step=step, budget=budget, error=str(exc)[:300])
@@ -167,12 +190,20 @@ class Agent:
             scratch.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
                 {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for c in reply.tool_calls]})
+            theirs = [c for c in reply.tool_calls if c["name"] not in self.dispatcher.functions
+                      and c["name"] in self._client_names()]
             for call in reply.tool_calls:
+                if call in theirs:
+                    continue
                 s.emit("tool_call", step=step, id=call["id"], name=call["name"], arguments=call["arguments"])
                 result = self.dispatcher.call(s, call["name"], call["arguments"])
                 s.emit("tool_result", step=step, id=call["id"], name=call["name"], result=result)
                 scratch.append({"role": "tool", "tool_call_id": call["id"], "content": result})
                 calls.append({**call, "result": result})
+            if theirs:   # pager's own calls of this step are done; the caller runs its own and comes back
+                s.emit("client_calls", step=step, calls=[{"id": c["id"], "name": c["name"]} for c in theirs])
+                self.session.write_bookmarks()
+                return Reply(reply.text, step, calls, client_calls=theirs)
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
@@ -180,21 +211,30 @@ class Agent:
         stopped.stopped = True
         return stopped
 
+    def _client_names(self) -> set[str]:
+        return {t.get("function", {}).get("name") for t in self._client_tools}
+
+    @property
+    def system(self) -> str:
+        """The system prompt of this message: the tier's, then the caller's instructions."""
+        return f"{self.prefix}\n\n{self._instructions}" if self._instructions else self.prefix
+
     def _build(self, text: str, scratch: list[dict], budget: int, step: int, hide: int):
         """Assemble; when this message's tool exchanges outgrow the budget, drop the oldest of them
         (their pages stay resident, their results stay in the trace) rather than fail."""
         s = self.session
+        prefix = self.system
         while True:
             cut = next((i for i, m in enumerate(scratch[1:], 1) if m["role"] == "assistant"), None)
-            scratch_tokens = self.tool_tokens + message_tokens(s, scratch)
-            if cut is not None and size_frames(s, text, self.prefix, scratch_tokens, budget)[0] < self._held(s):
+            scratch_tokens = self.tool_tokens + _tool_tokens(s, self._client_tools) + message_tokens(s, scratch)
+            if cut is not None and size_frames(s, text, prefix, scratch_tokens, budget)[0] < self._held(s):
                 # an older exchange gives way before a page this message is using (its result is
                 # in the trace; what it paged in stays resident)
                 s.emit("scratch_trimmed", step=step, dropped=cut)
                 del scratch[:cut]
                 continue
             try:
-                return build(s, text, self.prefix, scratch_tokens, budget, autopage=step == 1, hide_turn=hide)
+                return build(s, text, prefix, scratch_tokens, budget, autopage=step == 1, hide_turn=hide)
             except BudgetError:
                 if cut is None:
                     raise
@@ -210,7 +250,7 @@ class Agent:
     def _check_fits(self, text: str) -> None:
         """Refuse, before accepting it, a message the prompt could never hold with even one page."""
         s = self.session
-        room = self.budget - _fixed(s, self.prefix, self.tools) - _map_floor(s) - s.page_tokens
+        room = self.budget - _fixed(s, self.system, self.tools + self._client_tools) - _map_floor(s) - s.page_tokens
         size = s.tokenizer.count(text)
         if size > room:
             raise BudgetError(f"message of {size:,} tokens exceeds the {max(room, 0):,} the budget of {self.budget:,} "

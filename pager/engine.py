@@ -16,16 +16,20 @@ waits for a session lock, so the two cannot deadlock.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
+from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
 from typing import Callable, Iterator, TypeVar
 
 from .config import Config
 from .home import Home
 from .session import Session
+from .trace import TraceWriter, begin, new_trace_path
 
 T = TypeVar("T")
+log = logging.getLogger("pager.serve")
 
 
 class Unlocked:
@@ -52,16 +56,47 @@ class Unlocked:
 
 
 class Engine:
-    def __init__(self, config: Config, home: Home | None = None) -> None:
+    """One Home for every request: the locks, the sessions open in it and their traces.
+
+    Sessions are opened on demand and closed again when idle (`idle_s`) or when more than
+    `max_open` are open (the least recently used first), so memory does not grow with the
+    sessions a server has seen. Closing flushes the session to the store and ends its trace;
+    the next request opens it again from the store, with nothing lost. A session a request
+    is using (its lock held or waited for) is never closed. The clock is injectable so tests
+    can move time instead of waiting for it."""
+
+    def __init__(self, config: Config, home: Home | None = None, max_open: int = 256, idle_s: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic, traces: bool = True) -> None:
         self.config = config
         self.home = home or Home(config)
         self.lock = threading.Lock()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self.max_open, self.idle_s, self.clock, self.traces = max(1, max_open), idle_s, clock, traces
+        self._locks: dict[tuple[str, str], list] = {}   # (tenant, name) → [lock, requests using it]
         self._locks_guard = threading.Lock()
+        self._used: OrderedDict[tuple[str, str], float] = OrderedDict()   # open sessions, least recent first
+        self._traces: dict[tuple[str, str], tuple[TraceWriter, int]] = {}  # a session's trace and its budget
+        self.closed = 0   # sessions closed so far (idle or over max_open)
 
-    def session_lock(self, tenant: str, name: str) -> threading.Lock:
+    @contextmanager
+    def session_lock(self, tenant: str, name: str) -> Iterator[None]:
+        """The session's lock; forgotten when no request uses it, so the locks do not pile up either."""
+        key = (tenant, name)
         with self._locks_guard:
-            return self._locks.setdefault((tenant, name), threading.Lock())
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._locks_guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._locks[key]
+
+    def busy(self, tenant: str, name: str) -> bool:
+        """Whether a request holds or waits for the session's lock."""
+        with self._locks_guard:
+            return (tenant, name) in self._locks
 
     @contextmanager
     def using(self, tenant: str | None = None, name: str | None = None) -> Iterator[None]:
@@ -73,9 +108,19 @@ class Engine:
             yield
 
     def call(self, fn: Callable[..., T], *args, tenant: str | None = None, name: str | None = None) -> T:
-        """Run fn on this thread with the locks held (for code already off the event loop)."""
+        """Run fn on this thread with the locks held (for code already off the event loop); then close
+        what is idle or over the limit."""
         with self.using(tenant, name):
-            return fn(*args)
+            try:
+                return fn(*args)
+            finally:
+                held = self._traces.get((tenant or "", name)) if name is not None else None
+                if held is not None:
+                    held[0].flush()   # the request's events, in one write rather than one per event
+                try:
+                    self.trim()
+                except Exception:  # noqa: BLE001 - the request's own work is done; closing is tried again next time
+                    log.exception("closing idle sessions failed; they stay open")
 
     async def run(self, fn: Callable[..., T], *args, tenant: str | None = None, name: str | None = None) -> T:
         """Run fn on a worker thread with the locks held; the event loop stays free."""
@@ -84,8 +129,65 @@ class Engine:
         return await anyio.to_thread.run_sync(functools.partial(self.call, fn, *args, tenant=tenant, name=name))
 
     # -- under the engine lock ------------------------------------------------------------------------
-    def open(self, tenant: str, name: str) -> Session:
-        return self.home.open(name, user=tenant)
+    def open(self, tenant: str, name: str, trace: bool = False) -> Session:
+        """The session, opened if it is not (trace: a request that writes it wants its trace running)."""
+        s = self.home.open(name, user=tenant)
+        self._used[(tenant, name)] = self.clock()
+        self._used.move_to_end((tenant, name))
+        if trace and (tenant, name) not in self._traces:
+            self.trace(s, "external", self.config.budget)
+        return s
+
+    def trace(self, s: Session, model: str, budget: int) -> None:
+        """Keep a trace of the session running, as `pager chat` does: one file per time the session is
+        open in this process (pager.trace.new_trace_path), replayable with `pager replay`. A turn at
+        another budget (a model with a smaller window) starts a new trace, since a trace has one."""
+        if not self.traces:
+            return
+        key = s.key()
+        held = self._traces.get(key)
+        if held is not None and (held[1] == budget or model == "external"):
+            return
+        if held is not None:
+            self._end_trace(s)
+        writer = TraceWriter(new_trace_path(self.home.path, s.user, s.name, "serve"),
+                             note=f"pager serve session {s.name!r}", flush_each=False)
+        s.events.listeners.append(writer)
+        self._traces[key] = (writer, budget)
+        begin(s, model, budget)
+
+    def _end_trace(self, s: Session) -> None:
+        writer, _ = self._traces.pop(s.key(), (None, 0))
+        if writer is None:
+            return
+        s.emit("session_end", turns=s.turn_count, **s.counters)
+        s.events.listeners.remove(writer)
+        writer.close()
+
+    def trim(self) -> list[tuple[str, str]]:
+        """Close the sessions idle for idle_s, then the least recently used while more than max_open are
+        open; a session a request is using stays. Returns the (tenant, name) closed."""
+        now = self.clock()
+        closing = [key for key, used in self._used.items() if now - used >= self.idle_s and not self.busy(*key)]
+        over = len(self._used) - len(closing) - self.max_open
+        for key in self._used:
+            if over <= 0:
+                break
+            if key not in closing and not self.busy(*key):
+                closing.append(key)
+                over -= 1
+        for key in closing:
+            self.close_session(*key)
+        return closing
+
+    def close_session(self, tenant: str, name: str) -> None:
+        """End the session's trace, write what it holds to the store and let it go from memory."""
+        s = self.home.sessions.get((tenant, name))
+        if s is not None:
+            self._end_trace(s)
+            self.home.unload(tenant, name)   # if the store refuses, the session stays open (and listed)
+            self.closed += 1
+        self._used.pop((tenant, name), None)
 
     def exists(self, tenant: str, name: str) -> bool:
         """Whether the tenant has this session (open here, or with turns in the store)."""
@@ -104,4 +206,8 @@ class Engine:
 
     def close(self) -> None:
         with self.lock:
+            for key in list(self._traces):
+                s = self.home.sessions.get(key)
+                if s is not None:
+                    self._end_trace(s)
             self.home.close()

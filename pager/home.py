@@ -196,6 +196,22 @@ class Home:
                               f"{policy}; switch it with session.set_policy({policy!r}) or open it without policy=")
         return self.sessions[key]
 
+    def unload(self, user: str, session: str) -> None:
+        """Close one open session (a server letting go of an idle one): everything it holds written to
+        the store, its index cached, its memory let go. The next open loads it again, nothing lost."""
+        key = (user, session)
+        with self._mutex:
+            s = self.sessions.get(key)
+            if s is None:
+                return
+            self.flush()
+            self.save_index(s)
+            self.save_snapshot(s)
+            del self.sessions[key]
+            mutex = self._lock_mutexes.get(key)
+            if mutex is not None and not mutex.locked():   # every user of it holds self._mutex
+                del self._lock_mutexes[key]
+
     def exists(self, user: str, session: str) -> bool:
         """Whether the session holds anything, in the store or in a journal."""
         if self.store.turn_count(user, session):

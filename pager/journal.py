@@ -24,8 +24,10 @@ import fcntl
 import json
 import os
 import secrets
+import threading
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -204,6 +206,8 @@ class Journal:
         self._fd = -1
         self.path: Path | None = None
         self.written = 0
+        self._deferred = threading.local()   # a thread inside deferred(): its frames are fsync'd at the end
+        self._fd_lock = threading.Lock()     # sync() from another thread never meets a segment being rotated
         if read_only:
             return
         try:
@@ -240,7 +244,10 @@ class Journal:
                 n = os.write(self._fd, view)
                 view = view[n:]
             if self.fsync:
-                os.fsync(self._fd)
+                if getattr(self._deferred, "on", False):
+                    self._deferred.dirty = True
+                else:
+                    os.fsync(self._fd)
         except OSError as exc:
             try:
                 os.ftruncate(self._fd, size)  # cut the torn frame off: the next one starts clean
@@ -250,25 +257,58 @@ class Journal:
                              f"{self.folder}; the message was not accepted") from exc
         self.written += len(ops)
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Appends of this thread inside the block write their frames at once and make them durable
+        together at its end: one fsync for what is acknowledged together (a chat call's question and
+        reply, answered in one response). A frame written is already safe from a crash of this process
+        (it is in the kernel); the fsync at the end covers a crash of the machine. Nothing written in
+        the block may be acknowledged before the block ends (or `sync` is called)."""
+        if getattr(self._deferred, "on", False):
+            yield
+            return
+        self._deferred.on, self._deferred.dirty = True, False
+        try:
+            yield
+        finally:
+            self._deferred.on = False
+            if self._deferred.dirty:
+                self.sync()
+
+    def sync(self) -> None:
+        """Make every frame written so far durable (any thread may call it)."""
+        if not self.fsync:
+            return
+        with self._fd_lock:
+            if self._fd < 0:
+                return
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise StoreError(f"the journal could not be made durable ({exc}); free disk space or fix "
+                                 f"permissions on {self.folder}") from exc
+
     def rotate(self) -> None:
         """Start a new segment and drop the old one: call only when all its ops are in the store."""
         if self.read_only or self._fd < 0:
             return
-        old_fd, old_path = self._fd, self.path
-        self._fd, self.path = -1, None
-        try:
-            self._open_segment()
-        finally:
-            os.close(old_fd)
-            if old_path is not None:
-                old_path.unlink(missing_ok=True)
+        with self._fd_lock:
+            old_fd, old_path = self._fd, self.path
+            self._fd, self.path = -1, None
+            try:
+                self._open_segment()
+            finally:
+                os.close(old_fd)
+                if old_path is not None:
+                    old_path.unlink(missing_ok=True)
 
     def close(self, remove: bool) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            if remove and self.path is not None:
-                self.path.unlink(missing_ok=True)
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+                if remove and self.path is not None:
+                    self.path.unlink(missing_ok=True)
 
     def segments(self, own: bool = False) -> list[Path]:
         """Every visible segment but (unless own) this process's, oldest first; anything else is ignored."""

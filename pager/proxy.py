@@ -10,7 +10,14 @@ and stay out of the chain and out of memory.
 
 The request's last message must be the user's: it is the question the agent loop answers,
 with the memory tools run server-side (the client sees their calls in the `pager` field
-of the reply). Client-defined tools are refused: the proxy cannot run them.
+of the reply). A question the session already answered (a client retrying a call whose
+reply it lost) gets the recorded reply, without calling the model again.
+
+Client-defined tools (`tools`) pass through: the model is offered them with pager's, and
+when it calls one the reply carries those calls (`finish_reason: "tool_calls"`), pager's
+own calls of that step already run. The client runs its tools and sends the conversation
+again with the calls and their results after the question; the agent loop resumes there.
+Tool exchanges are scratch, not conversation: they stay out of the chain and of memory.
 """
 
 from __future__ import annotations
@@ -75,7 +82,8 @@ class ChatRequest:
     history: list[Message]           # every non-system message, keyed; the last is the user's question
     stream: bool = False
     include_usage: bool = False
-    extra: dict = field(default_factory=dict)
+    tools: list[dict] = field(default_factory=list)    # the client's own tools, OpenAI function schemas
+    resume: list[dict] = field(default_factory=list)   # the tool exchange after the question, when coming back
 
     @property
     def question(self) -> Message:
@@ -93,9 +101,10 @@ def parse(body: object, header_session: str | None, default_session: str, max_me
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise RequestError("`model` is required: 'offline' for the memory shell, or a litellm model", param="model")
-    if body.get("tools") or body.get("functions"):
-        raise RequestError("client-defined tools are not supported: pager runs its memory tools server-side; "
-                           "drop `tools`", param="tools", code="unsupported_parameter")
+    if body.get("functions") or body.get("function_call"):
+        raise RequestError("`functions` is the deprecated form; send `tools`", param="functions",
+                           code="unsupported_parameter")
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
     if body.get("n") not in (None, 1):
         raise RequestError("only n=1 is supported", param="n", code="unsupported_parameter")
     messages = body.get("messages")
@@ -112,22 +121,86 @@ def parse(body: object, header_session: str | None, default_session: str, max_me
         session = default_session
     system: list[str] = []
     history: list[Message] = []
+    exchange: list[dict] = []   # tool calls and results since the last user message
     key = ""
     for i, m in enumerate(messages):
         role, text = _message(m, i)
         if role in ("system", "developer"):
             system.append(text)
-            continue
-        if not text.strip():
-            continue  # an empty assistant turn holds nothing to remember
-        key = chain(key, role, text)
-        speaker = m.get("name") if isinstance(m.get("name"), str) and m.get("name").strip() else role
-        history.append(Message(role, text, speaker, key))
+        elif role == "tool" or m.get("tool_calls"):
+            exchange.append(_exchange(m, role, text, i))
+        elif text.strip():   # an empty assistant turn holds nothing to remember
+            if role == "assistant":
+                exchange = []
+            key = chain(key, role, text)
+            speaker = m.get("name") if isinstance(m.get("name"), str) and m.get("name").strip() else role
+            history.append(Message(role, text, speaker, key))
+            if role == "user":
+                exchange = []
     if not history or history[-1].role != "user":
-        raise RequestError("the last message must be the user's (role 'user') with some text", param="messages")
+        raise RequestError("the last message must be the user's (role 'user') with some text, or the results of "
+                           "the tool calls the reply before asked for", param="messages")
+    if exchange:
+        _check_exchange(exchange)
     options = body.get("stream_options") or {}
     return ChatRequest(model.strip(), session, "\n\n".join(system), history, bool(body.get("stream")),
-                       bool(isinstance(options, dict) and options.get("include_usage")))
+                       bool(isinstance(options, dict) and options.get("include_usage")), tools, exchange)
+
+
+def _tools(raw: object, choice: object) -> list[dict]:
+    """The client's function tools, checked: none may take the name of one of pager's memory tools."""
+    from pager.tools import MODEL
+
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise RequestError("`tools` must be an array of function tools", param="tools")
+    out = []
+    for i, t in enumerate(raw):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise RequestError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": …}}}}",
+                               param=f"tools[{i}]")
+        if name in MODEL.functions:
+            raise RequestError(f"tool {name!r} has the name of one of pager's memory tools ({', '.join(MODEL.names)}); "
+                               "rename yours", param=f"tools[{i}]")
+        out.append({"type": "function", "function": {k: fn[k] for k in ("name", "description", "parameters", "strict")
+                                                     if k in fn}})
+    if choice not in (None, "auto", "none") and out:
+        raise RequestError("only tool_choice 'auto' is supported: pager's memory tools must stay callable",
+                           param="tool_choice", code="unsupported_parameter")
+    return [] if choice == "none" else out
+
+
+def _exchange(m: dict, role: str, text: str, i: int) -> dict:
+    """A tool call message or a tool result, in the shape the model is sent."""
+    where = f"messages[{i}]"
+    if role == "tool":
+        call_id = m.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise RequestError(f"{where} needs the `tool_call_id` it answers", param=f"{where}.tool_call_id")
+        return {"role": "tool", "tool_call_id": call_id, "content": text}
+    if role != "assistant" or not isinstance(m.get("tool_calls"), list):
+        raise RequestError(f"{where}: only an assistant message carries tool calls", param=where)
+    calls = []
+    for c in m["tool_calls"]:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(c.get("id"), str) or not isinstance(fn.get("name"), str):
+            raise RequestError(f"{where}.tool_calls: each needs an id and a function name", param=f"{where}.tool_calls")
+        arguments = fn.get("arguments") if isinstance(fn.get("arguments"), str) else json.dumps(fn.get("arguments") or {})
+        calls.append({"id": c["id"], "type": "function", "function": {"name": fn["name"], "arguments": arguments}})
+    return {"role": "assistant", "content": text or None, "tool_calls": calls}
+
+
+def _check_exchange(exchange: list[dict]) -> None:
+    """After the question: calls, each answered by a result, ending in results."""
+    asked = {c["id"] for m in exchange if m["role"] == "assistant" for c in m["tool_calls"]}
+    answered = {m["tool_call_id"] for m in exchange if m["role"] == "tool"}
+    if exchange[-1]["role"] != "tool" or asked != answered:
+        missing = ", ".join(sorted(asked - answered)) or "none"
+        raise RequestError(f"after the question, each tool call needs its result (role 'tool' with its "
+                           f"tool_call_id), and the last message must be one; unanswered: {missing}", param="messages")
 
 
 def _message(m: object, i: int) -> tuple[str, str]:
@@ -135,11 +208,10 @@ def _message(m: object, i: int) -> tuple[str, str]:
     if not isinstance(m, dict):
         raise RequestError(f"{where} must be an object with `role` and `content`", param=where)
     role = m.get("role")
-    if role not in ("system", "developer", "user", "assistant"):
-        hint = "; pager runs its own tools, so tool results never come from the client" if role in ("tool", "function") else ""
-        raise RequestError(f"{where}.role {role!r} is not supported{hint}", param=f"{where}.role")
-    if m.get("tool_calls") or m.get("function_call"):
-        raise RequestError(f"{where} carries tool calls; client-defined tools are not supported", param=where)
+    if role not in ("system", "developer", "user", "assistant", "tool"):
+        raise RequestError(f"{where}.role {role!r} is not supported", param=f"{where}.role")
+    if m.get("function_call"):
+        raise RequestError(f"{where} carries `function_call`, the deprecated form; send `tool_calls`", param=where)
     content = m.get("content")
     if content is None:
         return role, ""
@@ -161,35 +233,61 @@ def _message(m: object, i: int) -> tuple[str, str]:
 
 # -- the turn ---------------------------------------------------------------------------------------
 def load_models() -> None:
-    """Import litellm (seconds) and register the offline shell: once, before the first turn."""
+    """Import litellm (seconds): once, before the first turn of a model other than the offline shell."""
     from .llm import litellm, register
     from .offline import OfflineShell
 
     litellm()
-    register("offline", OfflineShell())
+    register("offline", OfflineShell())   # `pager/offline` through litellm too
+
+
+def make_model(req: ChatRequest, body: dict, default_output: int, timeout: float):
+    """The model the request names: the offline shell in process (no litellm), else litellm's."""
+    from .llm import OFFLINE, LiteLLMModel
+    from .model import HandlerModel
+    from .offline import OfflineShell
+
+    output = body.get("max_completion_tokens") or body.get("max_tokens") or default_output
+    output = max(16, min(int(output), 32_768)) if isinstance(output, int) else default_output
+    if req.model == OFFLINE_NAME:
+        return HandlerModel(OfflineShell(), OFFLINE, output_tokens=output)
+    return LiteLLMModel(req.model, output_tokens=output, attempts=2, timeout=timeout)
+
+
+def recorded_reply(s, question: str) -> str | None:
+    """The reply the session recorded to the question with this key, if it was answered: an assistant
+    turn after it whose key chains from it (a client retrying a call whose reply it lost)."""
+    turn = s.held(question)
+    if turn is None:
+        return None
+    s.home.flush()  # the turns after it may still be in the journal only
+    for t in s.home.store.turns(s.user, s.name, after=turn)[:64]:
+        if t.role == "assistant" and t.key == chain(question, "assistant", t.text):
+            return t.text
+    return None
 
 
 def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float) -> dict:
     """One chat turn, on a worker thread with the session's lock and the engine lock held
     (`queued`: the perf_counter when the request asked for them)."""
-    from .agent import Agent
+    from .agent import Agent, Reply
     from .engine import Unlocked
-    from .llm import OFFLINE, LiteLLMModel
 
     started = time.perf_counter()
     s = engine.open(tenant, req.session)
-    earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
-    before = s.turn_count
-    if earlier:
-        s.append_many(earlier)
-    name = OFFLINE if req.model == OFFLINE_NAME else req.model
-    output = body.get("max_completion_tokens") or body.get("max_tokens") or engine.config.output_tokens
-    output = max(16, min(int(output), 32_768)) if isinstance(output, int) else engine.config.output_tokens
-    model = LiteLLMModel(name, output_tokens=output, attempts=2, timeout=timeout)
+    s.sync()
+    key = req.question.key
+    if not req.resume and (text := recorded_reply(s, key)) is not None:
+        return {"reply": Reply(text, 0), "appended": 0, "faulted": [], "turns": s.turn_count, "recorded": True,
+                "timing": {"engine_ms": round((time.perf_counter() - started) * 1000, 2), "model_ms": 0.0,
+                           "wait_ms": round((started - queued) * 1000, 2)},
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    model = make_model(req, body, engine.config.output_tokens, timeout)
     unlocked = Unlocked(model, engine.lock)
     agent = Agent(s, unlocked, speaker=req.question.speaker)
-    if req.system:
-        agent.prefix = f"{agent.prefix}\n\n{req.system}"
+    engine.trace(s, req.model, agent.budget)
+    before = s.turn_count
+    earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
     seen = {"faulted": [], "tokens": 0}
 
     def listen(event):
@@ -200,8 +298,14 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
 
     s.events.listeners.append(listen)
     try:
-        key = req.question.key
-        reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text))
+        # the messages and the reply are acknowledged together, by the response: one fsync for all, after
+        # the reply (the question is written before the model is called, so a crash of this process loses
+        # nothing, and a failing model still leaves it durable before the 502)
+        with s.home.journal.deferred():
+            if earlier:
+                s.append_many(earlier)
+            reply = agent.ask(req.question.text, key=key, reply_key=lambda text: chain(key, "assistant", text),
+                              instructions=req.system, tools=req.tools, resume=req.resume)
     finally:
         s.events.listeners.remove(listen)
     completion_tokens = s.tokenizer.count(reply.text)
@@ -220,10 +324,19 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def completion(cid: str, model: str, text: str, usage: dict, info: dict) -> dict:
+def completion(cid: str, model: str, text: str, usage: dict, info: dict, calls: list[dict] | None = None) -> dict:
+    message: dict = {"role": "assistant", "content": text}
+    if calls:
+        message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls(calls)}
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
             "usage": usage, "pager": info}
+
+
+def tool_calls(calls: list[dict], indexed: bool = False) -> list[dict]:
+    """The calls of the client's tools in OpenAI's shape (with an index in a streamed delta)."""
+    return [{**({"index": i} if indexed else {}), "id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"]}} for i, c in enumerate(calls)]
 
 
 def chunk(cid: str, model: str, delta: dict, finish: str | None = None, **extra) -> str:

@@ -249,7 +249,9 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "user":
             if agent is None:
                 agent = agent_factory(event.get("speaker", "user"))
-            agent.ask(event["text"])
+            agent.speaker = event.get("speaker", agent.speaker)   # a server's clients may name themselves
+            agent.ask(event["text"], key=event.get("key", ""), instructions=event.get("instructions", ""),
+                      tools=event.get("tools"), resume=event.get("resume"))
         elif kind == "command":
             _command(session, event["line"], keep_policy=policy is not None)
         elif kind == "external_call":

@@ -153,7 +153,12 @@ class BM25:
             return None
         cached = self._arrays.get(word)
         if cached is None or cached[0] != len(posting[0]):
-            cached = (len(posting[0]), np.array(posting[0], dtype=np.int64), np.array(posting[1], dtype=np.float32))
+            have = cached[0] if cached is not None else 0   # postings only grow: convert the new tail alone
+            docs = np.array(posting[0][have:], dtype=np.int64)
+            tfs = np.array(posting[1][have:], dtype=np.float32)
+            if cached is not None:
+                docs, tfs = np.concatenate([cached[1], docs]), np.concatenate([cached[2], tfs])
+            cached = (len(posting[0]), docs, tfs)
             self._arrays[word] = cached
         return cached[1], cached[2]
 
@@ -164,7 +169,9 @@ class BM25:
         if not n:
             return out
         if len(self._length_array) != n:
-            self._length_array = np.array(self.lengths, dtype=np.float32)
+            have = len(self._length_array)
+            self._length_array = np.concatenate([self._length_array,
+                                                 np.array(self.lengths[have:], dtype=np.float32)])
         scale = self.k1 * self.b / (self.total / n)
         for word, weight in weighted.items():
             posting = self._posting(word)
@@ -307,6 +314,7 @@ class Index:
         vectors = np.ascontiguousarray(self.vectors())  # first: it takes in the pending rows
         state = dict(self.__dict__)
         state.pop("_spare", None)
+        state.pop("_memo", None)
         state["_vectors"] = vectors
         return state
 
@@ -319,18 +327,9 @@ class Index:
             return []
         signals: dict[str, np.ndarray] = {}
         query_terms = terms(query)
-        weighted = {t: 1.0 for t in query_terms}
-        words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
-        for extra in self.vocabulary.expand(words, embedder):
-            weighted.setdefault(stem(extra), 0.5)
-        signals["bm25"] = self.bm25.scores(weighted)
+        weighted, signals["bm25"], named, signals["vector"] = self._matched(query, embedder)
         deep = k >= self.DEEP
         weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
-        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
-        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
-        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
-        qv = embedder.embed([bare if bare.strip() else query])[0]
-        signals["vector"] = np.maximum(self.vectors() @ qv, 0.0)
         arrays = self._arrays()
         if named:
             ids = [self.speaker_ids[s] for s in named if s in self.speaker_ids]
@@ -350,6 +349,26 @@ class Index:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._demote(self._fuse(signals, weights), query_terms)
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
+
+    def _matched(self, query: str, embedder) -> tuple[dict[str, float], np.ndarray, set[str], np.ndarray]:
+        """(the weighted query terms, their BM25 scores, the speakers named, the vector scores): the costly
+        part of a search, kept for the last query until a page is added. An agent's search tool often
+        asks what automatic paging just asked for the same message (the offline shell always does)."""
+        stamp = (query, len(self.piece_page), id(embedder))
+        memo = getattr(self, "_memo", None)
+        if memo is not None and memo[0] == stamp:
+            return memo[1]
+        weighted = {t: 1.0 for t in terms(query)}
+        words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
+        for extra in self.vocabulary.expand(words, embedder):
+            weighted.setdefault(stem(extra), 0.5)
+        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
+        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
+        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
+        qv = embedder.embed([bare if bare.strip() else query])[0]
+        found = (weighted, self.bm25.scores(weighted), named, np.maximum(self.vectors() @ qv, 0.0))
+        self._memo = (stamp, found)
+        return found
 
     @staticmethod
     def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
@@ -397,24 +416,39 @@ class Index:
         return {word: weight * value / chosen[0][1] for word, value in chosen} if chosen else {}
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        """numpy views of the per-piece and per-page lists, rebuilt only after pages were added."""
-        if self._cache.get("pieces") != len(self.piece_page):
-            numbers = np.array(sorted(self.page_pieces), dtype=np.int64)
-            self._cache = {
-                "pieces": len(self.piece_page),
-                "speaker": np.array(self.piece_speaker, dtype=np.int32),
-                "ts": np.array(self.piece_ts, dtype=np.float64),
-                "importance": np.array(self.piece_importance, dtype=np.float32),
-                "kind": np.array(self.piece_kind, dtype=np.int8),
-                "quotes": QUOTE in self.piece_kind,
-                "page": np.array(self.piece_page, dtype=np.float32),
-                "numbers": numbers,
-                "starts": np.array([self.page_pieces[n][0] for n in numbers.tolist()], dtype=np.int64),
-                "position": {n: i for i, n in enumerate(numbers.tolist())},
-            }
-            starts = self._cache["starts"]
-            days = np.floor(self._cache["ts"][starts] / 86400) if len(starts) else np.zeros(0)
-            self._cache["episode"] = np.unique(days, return_inverse=True)[1].reshape(-1)
+        """numpy views of the per-piece and per-page lists, extended only by the pages added since
+        (pages are indexed in order, so the arrays so far stay valid: a chat that seals a page every
+        other turn does not rebuild ~30K-piece arrays each time)."""
+        have, total = self._cache.get("pieces", 0), len(self.piece_page)
+        if have == total:
+            return self._cache
+        old = self._cache if have else None
+        added = list(dict.fromkeys(self.piece_page[have:]))   # the new pages, in order
+
+        def grow(name: str, values: list, dtype) -> np.ndarray:
+            tail = np.array(values[have:], dtype=dtype)
+            return np.concatenate([old[name], tail]) if old is not None else tail
+
+        position = old["position"] if old is not None else {}
+        base = len(position)
+        position.update((n, base + i) for i, n in enumerate(added))
+        self._cache = {
+            "pieces": total,
+            "speaker": grow("speaker", self.piece_speaker, np.int32),
+            "ts": grow("ts", self.piece_ts, np.float64),
+            "importance": grow("importance", self.piece_importance, np.float32),
+            "kind": grow("kind", self.piece_kind, np.int8),
+            "quotes": (old is not None and old["quotes"]) or QUOTE in self.piece_kind[have:],
+            "page": grow("page", self.piece_page, np.float32),
+            "numbers": np.concatenate([old["numbers"], np.array(added, dtype=np.int64)]) if old is not None
+            else np.array(added, dtype=np.int64),
+            "starts": np.concatenate([old["starts"], np.array([self.page_pieces[n][0] for n in added], dtype=np.int64)])
+            if old is not None else np.array([self.page_pieces[n][0] for n in added], dtype=np.int64),
+            "position": position,
+        }
+        starts = self._cache["starts"]
+        days = np.floor(self._cache["ts"][starts] / 86400) if len(starts) else np.zeros(0)
+        self._cache["episode"] = np.unique(days, return_inverse=True)[1].reshape(-1)
         return self._cache
 
     def _episodes(self, best: np.ndarray, weight: float) -> np.ndarray:

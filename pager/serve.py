@@ -9,7 +9,14 @@ SDK already brings).
     GET  /sessions/{name}/search?q=…&k=…
     GET  /sessions/{name}/turns?after=N&limit=M
     POST /sessions/{name}/turns {"messages": [{"role", "content"}]}
+    GET  /sessions/{name}/state             the working state; PUT/DELETE …/state/{key} set and unset a key
+    GET  /sessions/{name}/facts?q=…         the facts, every version (a memory tier is a GET of its name)
+    GET  /sessions/{name}/summaries?q=…     the summaries, every version
     GET  /healthz
+
+Each session's traffic is traced as `pager chat`'s is (PAGER_HOME/traces, `pager replay`), one
+trace per time the session is open here; sessions idle for --idle seconds, or beyond
+--max-open, are closed (written to the store) and reopen on their next request.
 
 Every path but /healthz needs `Authorization: Bearer <key>` once a key exists (`pager keys
 create`); a key reaches only its tenant's sessions (the tenant is the engine's user
@@ -32,7 +39,7 @@ from .engine import Engine
 from .errors import ConfigError, PagerError
 from .keys import KeyRing
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
-                    error_body, load_models, parse, pieces, session_name, take_turn)
+                    error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -45,6 +52,7 @@ class Limits:
     messages: int = 2048                # messages in one chat request
     model_timeout: float = 120.0        # seconds the proxy waits for a turn before answering 504
     search_k: int = 50                  # the most pages a REST search returns
+    list_rows: int = 1000               # the most rows a REST listing (turns, facts) returns
 
 
 def check_host(host: str, keys: KeyRing) -> None:
@@ -158,12 +166,16 @@ class Server:
         @asynccontextmanager
         async def lifespan(app):
             async with mcp_lifespan():
+                idler = asyncio.ensure_future(self._close_idle())
                 try:
                     yield
                 finally:
+                    idler.cancel()
                     if self._pending:  # turns still running after a 504: let them finish and be recorded
                         await asyncio.gather(*self._pending, return_exceptions=True)
-                    await self.engine.run(self.engine.home.close)
+                    import anyio.to_thread
+
+                    await anyio.to_thread.run_sync(self.engine.close)
 
         routes = [
             Route("/healthz", self.healthz, methods=["GET"]),
@@ -174,11 +186,23 @@ class Server:
             Route("/sessions/{name}/search", self.guarded(self.search), methods=["GET"]),
             Route("/sessions/{name}/turns", self.guarded(self.append), methods=["POST"]),
             Route("/sessions/{name}/turns", self.guarded(self.turns), methods=["GET"]),
+            Route("/sessions/{name}/state/{key:path}", self.guarded(self.set_state), methods=["PUT", "DELETE"]),
+            Route("/sessions/{name}/{tier}", self.guarded(self.tier), methods=["GET"]),
             mcp_route,
         ]
         app = Starlette(routes=routes, lifespan=lifespan,
                         exception_handlers={404: self._not_found, 405: self._not_allowed})
         return app
+
+    async def _close_idle(self) -> None:
+        """Close idle sessions now and then, when no request comes to do it (each request does too)."""
+        every = max(1.0, min(self.engine.idle_s / 4, 60.0))
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.engine.run(self.engine.trim)
+            except Exception:  # noqa: BLE001 - logged; the next round tries again
+                log.exception("closing idle sessions failed")
 
     async def _not_found(self, request, exc):
         return _error(404, f"no route {request.url.path}; see the README's Serve section", "not_found_error")
@@ -281,6 +305,91 @@ class Server:
 
         return JSONResponse(await self.engine.run(self._existing, tenant, name, run))
 
+    # -- the memory tiers: GET /sessions/{name}/{tier} -----------------------------------------------------
+    # A tier is a reader of the session: (session, query parameters) -> the body's fields. Every tier has
+    # the same route, the same tenant check and 404, and the same error shape; a new tier (summaries) is
+    # its reader and one entry in TIERS.
+    def tier_state(self, s, params) -> dict:
+        key = params.get("key", "")
+        if key:   # every value the key had, unsets too
+            from .state import normal_key
+
+            return {"key": normal_key(key), "history": [
+                {"value": c.value, "unset": c.unset, "page": f"p{c.page}", "turn": c.turn, "ts": c.ts, "change": c.seq,
+                 "source": c.source} for c in s.state.history(key)]}
+        return {"state": s.state.to_json(), "changes": len(s.state.changes)}
+
+    def tier_facts(self, s, params) -> dict:
+        query = params.get("q", "").strip()
+        rows = s.facts.to_json()
+        if query:
+            order = {f.id: i for i, (f, _) in enumerate(s.facts.search(query, k=self.limits.list_rows))}
+            rows = sorted((r for r in rows if r["id"] in order), key=lambda r: order[r["id"]])
+        if params.get("current") in ("1", "true"):
+            rows = [r for r in rows if r["superseded_by"] is None]
+        return {"facts": rows[: self.limits.list_rows], "total": len(rows)}
+
+    def tier_summaries(self, s, params) -> dict:
+        rows = s.summaries.to_json()
+        query = params.get("q", "").strip()
+        if query:
+            order = {x.id: i for i, (x, _) in enumerate(s.summaries.search(query, k=self.limits.list_rows))}
+            rows = sorted((r for r in rows if r["id"] in order), key=lambda r: order[r["id"]])
+        if params.get("current") in ("1", "true"):
+            rows = [r for r in rows if r["current"]]
+        return {"summaries": rows[: self.limits.list_rows], "total": len(rows)}
+
+    TIERS = {"state": tier_state, "facts": tier_facts, "summaries": tier_summaries}
+
+    async def tier(self, request, tenant: str, facts: dict):
+        from starlette.responses import JSONResponse
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        tier = request.path_params["tier"]
+        reader = self.TIERS.get(tier)
+        if reader is None:
+            raise RequestError(f"no route {request.url.path}; a session has {', '.join(['turns', 'search', *self.TIERS])}",
+                               404, "not_found_error", "not_found_error")
+        params = dict(request.query_params)
+        body = await self.engine.run(self._existing, tenant, name, lambda s: reader(self, s, params),
+                                     tenant=tenant, name=name)
+        return JSONResponse({"session": name, "object": tier, **body})
+
+    async def set_state(self, request, tenant: str, facts: dict):
+        """PUT {"value": "…"} sets a key of the working state, DELETE unsets it; both durable before the
+        answer, and recorded in the session's trace as a tool call from outside (replayable)."""
+        from starlette.responses import JSONResponse
+
+        from pager.tools import AGENT
+        from pager.tools.toolkit import external
+
+        from .state import check
+
+        name = facts["session"] = session_name(request.path_params["name"], "the session name")
+        raw_key = request.path_params["key"]
+        if request.method == "PUT":
+            body = await _json(request, self.limits.body_bytes)
+            value = body.get("value") if isinstance(body, dict) else None
+            if not isinstance(value, str):
+                raise RequestError('the body must be {"value": "…"}', param="value")
+            key, value = check(raw_key, value)
+            tool, arguments = "state_set", {"key": key, "value": value}
+        else:
+            key, _ = check(raw_key, None)
+            tool, arguments = "state_unset", {"key": key}
+
+        def run():
+            s = self.engine.open(tenant, name, trace=True)
+            if tool == "state_unset" and key not in s.state.current:
+                raise RequestError(f"the state has no key {key!r}", 404, "not_found_error", "state_key_not_found")
+            s.emit("external_call", name=tool, arguments=arguments)
+            text, ok = external(s, AGENT, tool, arguments)
+            if not ok:
+                raise RequestError(text, param="key")
+            return {"session": name, "object": "state", "key": key, "result": text, "state": s.state.to_json()}
+
+        return JSONResponse(await self.engine.run(run, tenant=tenant, name=name))
+
     def _existing(self, tenant: str, name: str, fn):
         """fn(session) for a session the tenant has; the same 404 whether it exists elsewhere or not."""
         if not self.engine.exists(tenant, name):
@@ -312,7 +421,7 @@ class Server:
             drafts.append(draft)
 
         def run():
-            s = self.engine.open(tenant, name)
+            s = self.engine.open(tenant, name, trace=True)
             turns = s.append_many(drafts)
             return {"session": name, "turns": [t.turn for t in turns], "total_turns": s.turn_count,
                     "pages": len(s.pages) + (1 if s.packer.pieces else 0)}
@@ -326,8 +435,8 @@ class Server:
         req = parse(body, request.headers.get(SESSION_HEADER), self.config.session, self.limits.messages)
         facts["session"] = req.session
         cid = completion_id()
-        if not self._models_ready:
-            await self.engine.run(load_models)  # litellm's import takes seconds: once, off the loop
+        if not self._models_ready and req.model != OFFLINE_NAME:
+            await asyncio.to_thread(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
                                tenant=tenant, name=req.session)
@@ -340,12 +449,14 @@ class Server:
         try:
             outcome = await asyncio.wait_for(asyncio.shield(task), self.limits.model_timeout)
         except asyncio.TimeoutError:
+            await asyncio.to_thread(self.engine.home.journal.sync)   # "your message is saved": on disk now
             return self._timeout()
         return self._answer(cid, req, outcome, facts)
 
     def _info(self, req: ChatRequest, outcome: dict) -> dict:
         reply = outcome["reply"]
         return {"session": req.session, "turns": outcome["turns"], "appended": outcome["appended"],
+                "recorded": outcome.get("recorded", False),
                 "steps": reply.steps, "faulted": outcome["faulted"], **outcome["timing"],
                 "tool_calls": [{"name": c["name"], "arguments": c["arguments"]} for c in reply.tool_calls]}
 
@@ -357,7 +468,8 @@ class Server:
         if reply.error:
             return _error(502, f"the model failed: {reply.error}; your message is saved in session {req.session!r}",
                           "api_error", "model_error")
-        return JSONResponse(completion(cid, req.model, reply.text, outcome["usage"], self._info(req, outcome)))
+        return JSONResponse(completion(cid, req.model, reply.text, outcome["usage"], self._info(req, outcome),
+                                       reply.client_calls))
 
     def _timeout(self):
         return _error(504, f"the model gave no answer within {self.limits.model_timeout:g} s; your message is saved "
@@ -384,6 +496,7 @@ class Server:
                 if not task.done():
                     yield ": waiting for the model\n\n"   # an SSE comment: keeps proxies from closing the stream
             if not task.done():
+                await asyncio.to_thread(self.engine.home.journal.sync)
                 yield f"data: {json.dumps(self._timeout_body())}\n\n"
                 return
             try:
@@ -399,7 +512,9 @@ class Server:
                 return
             for piece in pieces(reply.text):
                 yield chunk(cid, req.model, {"content": piece})
-            yield chunk(cid, req.model, {}, "stop", pager=self._info(req, outcome))
+            if reply.client_calls:
+                yield chunk(cid, req.model, {"tool_calls": tool_calls(reply.client_calls, indexed=True)})
+            yield chunk(cid, req.model, {}, "tool_calls" if reply.client_calls else "stop", pager=self._info(req, outcome))
             if req.include_usage:
                 body = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": req.model,
                         "choices": [], "usage": outcome["usage"]}
@@ -414,14 +529,15 @@ class Server:
                           "timeout_error", "model_timeout")
 
 
-def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits()) -> None:
+def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits(),
+          max_open: int = 256, idle_s: float = 600.0) -> None:
     """Run until interrupted (the CLI's `pager serve`)."""
     import uvicorn
 
     keys = KeyRing(config.home)
     check_host(host, keys)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    engine = Engine(config)
+    engine = Engine(config, max_open=max_open, idle_s=idle_s)
     app = Server(engine, keys, limits, host).app()
     uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="on")
 

@@ -34,7 +34,7 @@ class RequestToolkit:
         tenant, session = _where.get()
 
         def call():
-            s = self.engine.open(tenant, session)
+            s = self.engine.open(tenant, session, trace=True)
             s.emit("external_call", name=name, arguments=arguments if arguments is not None else "")
             return external(s, self.dispatcher, name, arguments)
 

@@ -224,11 +224,8 @@ class Session:
     def number(self, drafts: list[Turn], last_turn: int) -> tuple[list[Turn], list[Turn]]:
         """(the turns to write, one turn per draft): numbered after the durable last turn, under the
         session's lock after sync; a draft whose key the session holds gets its turn, not a new one."""
-        if any(d.key for d in drafts) and not self._keys_loaded:
-            self.home.store.refresh()
-            for key, turn in self.home.store.keys(self.user, self.name).items():
-                self.keys.setdefault(key, turn)
-            self._keys_loaded = True
+        if any(d.key for d in drafts):
+            self._load_keys()
         self._recognise_exported([d.key for d in drafts if d.key.startswith("turn:") and d.key not in self.keys])
         base = max(last_turn, self.turn_count, max(self._waiting, default=0))
         new: list[Turn] = []
@@ -245,6 +242,18 @@ class Session:
             if d.key:
                 batch[d.key] = t.turn
         return new, out
+
+    def _load_keys(self) -> None:
+        if not self._keys_loaded:
+            self.home.store.refresh()
+            for key, turn in self.home.store.keys(self.user, self.name).items():
+                self.keys.setdefault(key, turn)
+            self._keys_loaded = True
+
+    def held(self, key: str) -> int | None:
+        """The turn that holds an idempotency key, if this session has taken one in with it."""
+        self._load_keys()
+        return self.keys.get(key)
 
     def _recognise_exported(self, keys: list[str]) -> None:
         """Keys `pager export` wrote for turns that had none (`Turn.identity`): a key names a turn of

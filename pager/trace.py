@@ -62,8 +62,9 @@ class TraceWriter:
     A trace is a record, not the memory: when the disk refuses a line (full, gone), writing
     stops, `error` says why, and the session goes on (its turns are in the journal)."""
 
-    def __init__(self, path: Path, note: str = "") -> None:
+    def __init__(self, path: Path, note: str = "", flush_each: bool = True) -> None:
         self.path = Path(path)
+        self.flush_each = flush_each   # False: the owner calls flush() (a server, once per request)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a", encoding="utf-8")
         self.error = ""
@@ -83,13 +84,22 @@ class TraceWriter:
             line = json.dumps(obj, separators=(",", ":"))
         try:
             self._fh.write(line + "\n")
-            self._fh.flush()
+            if self.flush_each:
+                self._fh.flush()
         except OSError as exc:
             self.error = f"{exc.strerror or exc} writing {self.path}"
             try:
                 self._fh.close()
             except OSError:
                 pass
+
+    def flush(self) -> None:
+        if self.error or self._fh.closed:
+            return
+        try:
+            self._fh.flush()
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} writing {self.path}"
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -111,7 +121,7 @@ def new_trace_path(home: Path, user: str, session: str, kind: str) -> Path:
     the run's kind, the second and the process id, and created here so no other run can take it."""
     folder = Path(home) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^\w.-]+", "_", session)[:60] or "session"
+    safe = re.sub(r"[^\w.-]+", "_", session).lstrip(".")[:60] or "session"   # never a dot file, nor '..' 
     digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:8]
     stem = f"{safe}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}-{os.getpid()}"
     for attempt in range(1000):
@@ -167,7 +177,8 @@ def begin(session, model: str, budget: int) -> None:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
-                                         "ts": t.ts, "ref": t.ref} for t in turns], state=session.paging_state(),
+                                         "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
+                                        for t in turns], state=session.paging_state(),
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],
                      summaries=[summary_record(x) for x in session.summaries.items])

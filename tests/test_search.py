@@ -194,3 +194,30 @@ def test_index_vectors_grow_in_place_and_pickle_without_spare_rows():
     copy = pickle.loads(pickle.dumps(index))
     assert copy.vectors().shape == (78, 4) and not hasattr(copy, "_spare")
     assert np.array_equal(copy.vectors(), np.vstack(added))
+
+
+def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
+    """Index._arrays and the BM25 postings extend their arrays by what was added since the last search
+    instead of rebuilding them; after every few pages they must equal what a rebuild gives."""
+    import numpy as np
+
+    from pager.config import Config
+    from pager.home import memory_home
+
+    s = memory_home(Config(home=tmp_path, embedder="hash")).open("grow")
+    for i in range(200):
+        s.append(f"sp{i % 3}", f"note {i}: the amber shelf holds box {i * 7}; what did I say in turn {i - 3}?")
+        if i % 5 == 0:
+            grown = dict(s.index._arrays())
+            s.index._cache = {}
+            rebuilt = s.index._arrays()
+            assert grown.keys() >= rebuilt.keys()
+            for name, value in rebuilt.items():
+                same = np.array_equal(grown[name], value) if isinstance(value, np.ndarray) else grown[name] == value
+                assert same, (i, name)
+            bm25 = s.index.bm25
+            query = {"amber": 1.0, "shelf": 1.0, "box": 0.5, f"{i * 7}": 1.0}
+            grown_scores = bm25.scores(query)
+            bm25._arrays, bm25._length_array = {}, np.zeros(0, dtype=np.float32)
+            assert np.array_equal(grown_scores, bm25.scores(query)), i
+    assert len(s.pages) > 20

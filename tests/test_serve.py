@@ -31,12 +31,12 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 class Running:
     """A server on a free loopback port, in a thread; `stop` waits for it to close its home."""
 
-    def __init__(self, home: Path, limits: Limits = Limits()) -> None:
+    def __init__(self, home: Path, limits: Limits = Limits(), **engine) -> None:
         import uvicorn
 
         self.config = Config(home=home, embedder="hash")
         self.keys = KeyRing(home)
-        self.server = Server(Engine(self.config), self.keys, limits)
+        self.server = Server(Engine(self.config, **engine), self.keys, limits)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -122,15 +122,122 @@ def test_openai_stream_delivers_the_same_reply_in_chunks(open_server):
     assert turns_of(open_server, "stream") == 4
 
 
-def test_client_defined_tools_are_refused_in_the_error_shape(open_server):
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "The weather in a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+def _weather_bot() -> list[dict]:
+    """Register model pager/weather-bot: it searches pager's memory for the city (a memory tool, run by
+    the server), then calls the client's `weather` tool, then answers from the tool's result."""
+    from pager.llm import register
+
+    seen: list[dict] = []
+
+    def handler(messages, tools):
+        seen.append({"tools": [t["function"]["name"] for t in tools], "messages": messages})
+        results = [m for m in messages if m.get("role") == "tool"]
+        if not results:
+            return {"content": None, "tool_calls": [
+                {"id": "call_s", "type": "function", "function": {"name": "search", "arguments": '{"query": "city"}'}}]}
+        if not any(m.get("tool_call_id") == "call_w" for m in results):
+            return {"content": None, "tool_calls": [
+                {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Lyon"}'}}]}
+        weather = next(m["content"] for m in results if m.get("tool_call_id") == "call_w")
+        return {"content": f"In Lyon it is {weather}."}
+
+    register("weather-bot", handler)
+    return seen
+
+
+def test_client_tools_pass_through_and_memory_tools_stay_server_side(open_server):
+    seen = _weather_bot()
+    client = open_server.openai()
+    client.chat.completions.create(model="offline", user="tools", messages=[{"role": "user", "content": "I live in Lyon."}])
+    history = [{"role": "user", "content": "What is the weather where I live?"}]
+    first = client.chat.completions.create(model="pager/weather-bot", user="tools", messages=history, tools=[WEATHER])
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+        ("weather", {"city": "Lyon"})]   # pager's search ran on the server: the client sees only its own tool
+    assert [c["name"] for c in first.model_extra["pager"]["tool_calls"]] == ["search"]
+    assert {"weather", "search"} <= set(seen[0]["tools"])
+    history += [choice.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": choice.message.tool_calls[0].id, "content": "sunny, 24 C"}]
+    second = client.chat.completions.create(model="pager/weather-bot", user="tools", messages=history, tools=[WEATHER])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "In Lyon it is sunny, 24 C."
+    assert second.model_extra["pager"]["appended"] == 1   # the reply; the question was kept by the first call
+    with open_server.http() as http:
+        turns = http.get("/sessions/tools/turns").json()["turns"]
+    assert [t["content"] for t in turns[-2:]] == ["What is the weather where I live?", "In Lyon it is sunny, 24 C."]
+    # streamed, the calls come as a delta with finish_reason tool_calls
+    stream = client.chat.completions.create(model="pager/weather-bot", user="tools-stream", stream=True, tools=[WEATHER],
+                                            messages=[{"role": "user", "content": "And the weather today?"}])
+    chunks = list(stream)
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert [(tc.index, tc.function.name) for tc in calls] == [(0, "weather")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_client_tools_are_checked(open_server):
     import openai
 
-    tool = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}
+    clash = {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}}
     with pytest.raises(openai.BadRequestError) as info:
-        open_server.openai().chat.completions.create(model="offline", tools=[tool],
+        open_server.openai().chat.completions.create(model="offline", tools=[clash],
                                                      messages=[{"role": "user", "content": "hi"}])
-    assert info.value.body["param"] == "tools"
-    assert "server-side" in info.value.body["message"]
+    assert info.value.body["param"] == "tools[0]" and "rename" in info.value.body["message"]
+    with open_server.http() as http:
+        unanswered = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]}]
+        r = http.post("/v1/chat/completions", json={"model": "offline", "tools": [WEATHER], "messages": unanswered})
+        assert r.status_code == 400 and "c1" in r.json()["error"]["message"]
+
+
+def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_server):
+    """A client that lost a reply and sends the same conversation again gets the reply pager recorded:
+    the model is not called again and nothing is stored twice."""
+    from pager.llm import register
+
+    calls: list[int] = []
+
+    def counting(messages, tools):
+        calls.append(1)
+        return {"content": f"answer number {len(calls)}"}
+
+    register("counting", counting)
+    client = open_server.openai()
+    history = [{"role": "user", "content": "Pick a number."}]
+    first = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    again = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    assert again.choices[0].message.content == first.choices[0].message.content == "answer number 1"
+    assert len(calls) == 1 and again.model_extra["pager"]["recorded"] is True
+    assert again.model_extra["pager"]["appended"] == 0 and turns_of(open_server, "retry") == 2
+    # the same words later in the conversation are a new question (its key chains over the reply)
+    history += [{"role": "assistant", "content": "answer number 1"}, {"role": "user", "content": "Pick a number."}]
+    third = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
+    assert third.choices[0].message.content == "answer number 2" and turns_of(open_server, "retry") == 4
+
+
+def test_a_question_whose_model_failed_is_answered_on_retry_and_kept_once(open_server):
+    from pager.llm import register
+
+    state = {"fail": True}
+
+    def flaky(messages, tools):
+        if state["fail"]:
+            raise RuntimeError("provider down")
+        return {"content": "back up"}
+
+    register("flaky", flaky)
+    body = {"model": "pager/flaky", "user": "flaky", "messages": [{"role": "user", "content": "Are you there?"}]}
+    with open_server.http() as http:
+        assert http.post("/v1/chat/completions", json=body).status_code == 502
+        state["fail"] = False
+        r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "back up"
+    assert r.json()["pager"]["recorded"] is False and turns_of(open_server, "flaky") == 2
 
 
 def test_models_lists_offline(open_server):
@@ -330,7 +437,7 @@ async def _mcp(url: str, key: str, session: str, note: str | None, query: str, v
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"Authorization": f"Bearer {key}"} | ({} if via_query else {"X-Pager-Session": session})
+    headers = ({"Authorization": f"Bearer {key}"} if key else {}) | ({} if via_query else {"X-Pager-Session": session})
     endpoint = f"{url}/mcp?{httpx.QueryParams({'session': session})}" if via_query else f"{url}/mcp"
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         async with streamable_http_client(endpoint, http_client=http) as (read, write, *_):
@@ -406,6 +513,7 @@ def test_readme_curl_example_runs(open_server):
         out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert '"chat.completion"' in out.stdout or '"session"' in out.stdout, out.stdout
+        assert '"error"' not in out.stdout, out.stdout   # every command of the example worked
 
 
 def test_readme_openai_snippet_runs(open_server):
@@ -536,3 +644,187 @@ def test_the_event_loop_stays_free_while_the_engine_works_and_other_sessions_pro
         release.set()
         worker.join(30)
     assert results["slow"].json()["choices"][0]["message"]["content"] == "done thinking"
+
+
+# -- traces, idle sessions ---------------------------------------------------------------------------------
+def _replays(path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    result = CliRunner().invoke(app, ["replay", str(path), "--check"])
+    assert result.exit_code == 0, f"{path.name}: {result.output}"
+    assert result.output.startswith("ok:")
+
+
+def _traces(home: Path, session: str) -> list[Path]:
+    return sorted(p for p in (home / "traces").glob(f"{session}-serve-*.jsonl"))
+
+
+def test_a_served_conversation_is_traced_and_replays_exactly(tmp_path):
+    """Everything a session gets over HTTP (chat turns with a system prompt and resent history, a retry,
+    client tools, REST appends and state, MCP tool calls) is in its trace, and `pager replay --check`
+    reproduces every event of it."""
+    _weather_bot()
+    running = Running(tmp_path)
+    try:
+        client = running.openai()
+        history: list[dict] = [{"role": "system", "content": "Answer in one line."}]
+        for line in ["I keep my bike in the blue shed.", "The shed code is 4471.", "Where is my bike?",
+                     "What is the shed code?"]:
+            history.append({"role": "user", "content": line})
+            reply = client.chat.completions.create(model="offline", messages=history,
+                                                   extra_headers={"X-Pager-Session": "traced"})
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        client.chat.completions.create(model="offline", messages=history[:-1], extra_headers={"X-Pager-Session": "traced"})
+        with running.http() as http:
+            assert http.post("/sessions/traced/turns", json={"messages": [{"content": "a note from a script"}]}).status_code == 201
+            assert http.put("/sessions/traced/state/home city", json={"value": "Lyon"}).status_code == 200
+        asyncio.run(_mcp(running.url, "", "traced", "remember this over mcp", "bike"))
+        asked = [{"role": "user", "content": "Weather at the shed?"}]
+        first = client.chat.completions.create(model="pager/weather-bot", user="traced", messages=asked, tools=[WEATHER])
+        asked += [first.choices[0].message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": "call_w", "content": "rain"}]
+        client.chat.completions.create(model="pager/weather-bot", user="traced", messages=asked, tools=[WEATHER])
+        client.chat.completions.create(model="offline", user="traced", messages=[{"role": "user", "content": "Where is my bike?"}])
+    finally:
+        running.stop()
+    traces = _traces(tmp_path, "traced")
+    assert len(traces) == 1
+    kinds = [json.loads(line)["kind"] for line in traces[0].read_text().splitlines()]
+    assert {"session_start", "user", "model_request", "append", "external_call", "state", "client_calls",
+            "session_end"} <= set(kinds)
+    _replays(traces[0])
+
+
+def test_sessions_beyond_max_open_are_closed_and_reopen_with_nothing_lost(tmp_path):
+    running = Running(tmp_path, max_open=2)
+    try:
+        client = running.openai()
+        engine = running.server.engine
+        for i in range(6):
+            client.chat.completions.create(model="offline", user=f"many-{i}", messages=[
+                {"role": "user", "content": f"My locker number is {100 + i}."}])
+            assert len(engine.home.sessions) <= 2
+        assert engine.closed == 4 and ("", "many-0") not in engine.home.sessions
+        assert not engine._locks and len(engine.home._lock_mutexes) <= 2   # nothing kept per session seen
+        reply = client.chat.completions.create(model="offline", user="many-0", messages=[
+            {"role": "user", "content": "What is my locker number?"}])
+        assert "100" in reply.choices[0].message.content
+        assert reply.model_extra["pager"]["turns"] == 4   # the two turns before the close are still there
+    finally:
+        running.stop()
+    # each time many-0 was open it left a trace, and each replays
+    traces = _traces(tmp_path, "many-0")
+    assert len(traces) == 2
+    for path in traces:
+        _replays(path)
+
+
+def test_an_idle_session_is_closed_when_its_time_is_up(tmp_path):
+    now = [1000.0]
+    running = Running(tmp_path, idle_s=60, clock=lambda: now[0])
+    try:
+        engine = running.server.engine
+        client = running.openai()
+        client.chat.completions.create(model="offline", user="idle", messages=[{"role": "user", "content": "The gate code is 2718."}])
+        now[0] += 59
+        with running.http() as http:
+            http.get("/sessions")          # any request looks for idle sessions
+        assert ("", "idle") in engine.home.sessions
+        now[0] += 1
+        with running.http() as http:
+            assert "idle" in [r["session"] for r in http.get("/sessions").json()["data"]]
+        assert ("", "idle") not in engine.home.sessions and engine.closed == 1
+        reply = client.chat.completions.create(model="offline", user="idle", messages=[
+            {"role": "user", "content": "What is the gate code?"}])
+        assert "2718" in reply.choices[0].message.content and reply.model_extra["pager"]["turns"] == 4
+    finally:
+        running.stop()
+
+
+# -- the memory tiers over REST ------------------------------------------------------------------------------
+def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
+    from pager.facts import Draft
+
+    with keyed.http(keyed.key_a) as a:
+        assert a.post("/sessions/tiers/turns", json={"messages": [{"content": "I moved to Porto in May."}]}).status_code == 201
+        r = a.put("/sessions/tiers/state/Home City", json={"value": "Porto"})
+        assert r.status_code == 200 and r.json()["state"]["home city"]["value"] == "Porto"
+        a.put("/sessions/tiers/state/home city", json={"value": "Braga"})
+        state = a.get("/sessions/tiers/state").json()
+        assert state["object"] == "state" and state["state"]["home city"]["value"] == "Braga"
+        history = a.get("/sessions/tiers/state", params={"key": "home city"}).json()["history"]
+        assert [h["value"] for h in history] == ["Porto", "Braga"]
+        assert a.delete("/sessions/tiers/state/home city").status_code == 200
+        assert a.get("/sessions/tiers/state").json()["state"] == {}
+        r = a.delete("/sessions/tiers/state/home city")
+        assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert a.put("/sessions/tiers/state/city", json={"value": 3}).status_code == 400
+        assert a.put("/sessions/tiers/state/city", json={"value": "x" * 500}).status_code == 400
+        engine = keyed.server.engine
+        engine.call(lambda: engine.open("acme", "tiers").add_facts(
+            [Draft("residence", "The user lives in Porto.", (1,))], "script"), tenant="acme", name="tiers")
+        facts = a.get("/sessions/tiers/facts").json()
+        assert facts["object"] == "facts" and [f["text"] for f in facts["facts"]] == ["The user lives in Porto."]
+        assert a.get("/sessions/tiers/facts", params={"q": "Porto"}).json()["total"] == 1
+        assert a.get("/sessions/tiers/facts", params={"q": "bicycle"}).json()["total"] == 0
+        from pager.summaries import Draft as SummaryDraft
+
+        for text in ("The user moved to Porto.", "The user moved to Porto, then to Braga."):
+            engine.call(lambda: engine.open("acme", "tiers").add_summaries(
+                [SummaryDraft("rolling", "rolling", text, (1, 1))], "script"), tenant="acme", name="tiers")
+        summaries = a.get("/sessions/tiers/summaries").json()
+        assert summaries["object"] == "summaries" and summaries["total"] == 2
+        assert [x["text"] for x in a.get("/sessions/tiers/summaries", params={"current": 1}).json()["summaries"]] == [
+            "The user moved to Porto, then to Braga."]
+        r = a.get("/sessions/tiers/nothing")
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    with keyed.http(keyed.key_b) as b:
+        for path in ("/sessions/tiers/state", "/sessions/tiers/facts", "/sessions/tiers/summaries",
+                     "/sessions/tiers/state?key=home+city"):
+            r = b.get(path)
+            assert r.status_code == 404 and "Porto" not in r.text, path
+        assert b.delete("/sessions/tiers/state/city").status_code == 404
+        assert b.put("/sessions/tiers/state/city", json={"value": "Oslo"}).status_code == 200   # bravo's own session
+    with keyed.http(keyed.key_a) as a:
+        assert a.get("/sessions/tiers/state").json()["state"] == {}
+    with keyed.http("pgr_000000000000_" + "x" * 43) as nobody:
+        for method, path in (("GET", "/sessions/tiers/state"), ("GET", "/sessions/tiers/facts"),
+                             ("GET", "/sessions/tiers/summaries"),
+                             ("PUT", "/sessions/tiers/state/city"), ("DELETE", "/sessions/tiers/state/city")):
+            assert nobody.request(method, path, json={"value": "x"}).status_code == 401
+
+
+def test_a_chat_call_makes_its_messages_and_reply_durable_with_one_fsync(open_server, monkeypatch):
+    """The question is written before the model is called and the reply after it; both are acknowledged
+    by the response, so one fsync after the reply covers them (and any new earlier messages)."""
+    journal = open_server.server.engine.home.journal
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    history = [{"role": "user", "content": "One fsync, please."}, {"role": "assistant", "content": "Noted."},
+               {"role": "user", "content": "And the reply too."}]
+    reply = open_server.openai().chat.completions.create(model="offline", user="one-fsync", messages=history)
+    assert reply.model_extra["pager"]["appended"] == 4
+    assert synced.count(journal._fd) == 1
+
+
+def test_a_deferred_frame_is_in_the_segment_before_its_fsync(tmp_path):
+    """Inside `deferred` a frame reaches the file at once (a crash of the process loses nothing); the
+    fsync comes at the end of the block."""
+    from pager.journal import Journal, read_segment
+
+    journal = Journal(tmp_path)
+    synced: list[int] = []
+    real = os.fsync
+    try:
+        os.fsync = lambda fd: (synced.append(fd), real(fd))[1]
+        with journal.deferred():
+            journal.append([{"op": "turn", "user": "", "session": "s", "turn": 1, "speaker": "u", "text": "hi",
+                             "role": "user", "date": "", "ts": 0.0, "ref": "", "key": ""}])
+            assert [op["text"] for op in read_segment(journal.path, 0).ops] == ["hi"] and not synced
+        assert synced == [journal._fd]
+    finally:
+        os.fsync = real
+        journal.close(remove=True)

@@ -10,6 +10,8 @@ call is timed with the same messages, the reference the HTTP latencies are divid
 
 Two phases are timed: under load (every client at once: what a client waits, queueing
 included) and alone (one call at a time on the same sessions: what pager adds per call).
+`ratio_added` divides a call alone without the model's own time (what pager adds around a
+model) by the `context` call; `ratio_alone` keeps the offline model's time in.
 """
 
 from __future__ import annotations
@@ -158,7 +160,8 @@ async def alone(url: str, clients: int, turns: int) -> dict:
         for c in range(clients):
             await client(http, f"load-{c}", 1000 + c, turns, latencies, steps, failures, engine)
     return {"latency_ms": summary(latencies), "calls": len(latencies), "failed": len(failures),
-            "steps_per_call": round(statistics.fmean(steps), 2) if steps else 0, **parts(engine)}
+            "steps_per_call": round(statistics.fmean(steps), 2) if steps else 0, **parts(engine),
+            "added_ms": summary([total - m for _, m, _, total in engine])}
 
 
 def check(home: Path, clients: int, shared: int, turns: int, alone_turns: int, earlier: int = 0) -> list[str]:
@@ -246,6 +249,9 @@ def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int =
                         "p95": round(by_itself["latency_ms"]["p95"] / ref_p95, 2)},
         "ratio_load": {"p50": round(under_load["latency_ms"]["p50"] / ref_p50, 2),
                        "p95": round(under_load["latency_ms"]["p95"] / ref_p95, 2)},
+        "ratio_added": {"p50": round(by_itself["added_ms"]["p50"] / ref_p50, 2),
+                        "p95": round(by_itself["added_ms"]["p95"] / ref_p95, 2)},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "ratio_alone_to_turn": {"p50": round(by_itself["latency_ms"]["p50"] / ref_turn["latency_ms"]["p50"], 2),
                                 "p95": round(by_itself["latency_ms"]["p95"] / ref_turn["latency_ms"]["p95"], 2)},
         "problems": problems, "home": str(home) if keep else "",
