@@ -5,7 +5,8 @@ the frames filling and pages being evicted, then asks questions about facts from
 earlier and shows the pages that hold them faulting back in. Then the memory tiers: the
 facts a memory model would write (recorded by the project for this conversation, so no model
 is called), one superseded when its value changed, and the working state the offline shell
-keeps when Maya states a value.
+keeps when Maya states a value, and the summaries written offline (one per episode, and a
+rolling one).
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ def _tiers(session, console: Console) -> dict:
     from .data.demo_script import BEFORE, STATEMENTS
     from .model import HandlerModel
     from .offline import OfflineShell
+    from .summaries import Extractive
 
     console.print("[bold]3. Memory tiers[/] — facts a memory model would write (recorded by the project for this "
                   "conversation: no model is called), and the working state the offline shell keeps:")
@@ -172,11 +174,20 @@ def _tiers(session, console: Console) -> dict:
     else:
         console.print(f"     [red]✗[/] neither {fact.id} nor its page is in the prompt")
     answer = fact if fact.n in context.facts or holder is not None else None
-    summaries = getattr(session, "summaries", None)   # the summaries tier, where this pager has it: its row here
-    if summaries is not None and hasattr(summaries, "__len__") and len(summaries):
-        console.print(f"  [bold]summaries[/]  {len(summaries)} kept")
+    made = session.summarize(Extractive())   # offline: the central sentences of each closed episode, verbatim
+    episodes, rolling = session.summaries.episodes(), session.summaries.rolling
+    console.print(f"  [bold]summaries[/]  {len(episodes)} episodes (a check-in, or a shift of topic) and a rolling "
+                  f"summary of the whole session ({rolling.span if rolling else 'none yet'}), written offline: "
+                  "the most central sentences, verbatim; the episode of the team's change:", highlight=False)
+    changed = session.facts.superseded_by(old[0]) if old else None
+    page = changed.pages[0] if changed and changed.pages else 0
+    episode = next((e for e in episodes if e.pages[0] <= page <= e.pages[1]), None)
+    if episode is not None:
+        line = session.summaries.line(episode)
+        console.print(f"     {escape(line if len(line) <= 160 else line[:159] + '…')}", highlight=False)
     console.print()
-    return {"facts": len(facts), "superseded": len(old), "state": session.state.values(), "before": answer is not None}
+    return {"facts": len(facts), "superseded": len(old), "state": session.state.values(), "before": answer is not None,
+            "summaries": len(made)}
 
 
 def _report(session, home: Home, results, console: Console) -> None:

@@ -1,6 +1,7 @@
 """The command line: instant help, ingest, inspect --json, demo, errors as one line."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -73,6 +74,8 @@ def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
     assert "f2 (5 Mar 2025 → 14 Jul 2025, superseded by f9, p2): The platform team has six engineers and one SRE." in said
     assert "state half marathon target: 1:40 (p71) · before: 1:45" in said
     assert "✓ p2 (5 March 2025) is in the prompt with the old value, which f2 marks superseded by f9" in said
+    assert re.search(r"summaries \d+ episodes .* and a rolling summary of the whole session \(p1–p\d+\)", said)
+    assert re.search(r"- s\d+ \(e\d+ · p39–p40, 14 Jul 2025\): assistant: Priya Raman, senior SRE", said)
 
 
 def test_search_shows_ranked_pages_with_signals(tmp_path):

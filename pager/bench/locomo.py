@@ -18,7 +18,9 @@ slabs; bm25 and vector rank them mixed with the turns. Every system then also re
 `coverage`: like recall, but an evidence turn also counts as present when a fact whose source is
 that turn is in the context. `fact_tokens` is the mean of the tokens facts took. The dataset's
 `session_summary` entries are taken as episode summaries (pager.summaries, one per conversation
-session, through Session.summarize); `summary_tokens` is the mean of the tokens they took.
+session, through Session.summarize); `summary_tokens` is the mean of the tokens they took, and
+`summary_span` the share of evidence turns inside the turn range of a summary shown (a summary
+names its episode, not each turn's words, so coverage does not count it).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Outcome:
     coverage: float | None = None
     fact_tokens: int = 0
     summary_tokens: int = 0
+    summary_span: float = 0.0
 
 
 @dataclass
@@ -75,7 +78,8 @@ class Tally:
         if self.outcomes and self.outcomes[0].coverage is not None:
             memory = {"coverage": _mean([o.coverage or 0.0 for o in head]),
                       "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1),
-                      "summary_tokens": round(_mean([o.summary_tokens for o in self.outcomes]), 1)}
+                      "summary_tokens": round(_mean([o.summary_tokens for o in self.outcomes]), 1),
+                      "summary_span": _mean([o.summary_span for o in head])}
             for label, row in by_cat.items():
                 row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
         return {
@@ -223,6 +227,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                                          else spans.get(t, []))[0]  # noqa: B023
                 outcome.fact_tokens = ctx.tokens["facts"]
                 outcome.summary_tokens = ctx.tokens.get("summaries", 0)
+                spans = [session.summaries.items[n - 1].turns for n in ctx.summaries]
+                outcome.summary_span = sum(any(a <= t <= b for a, b in spans) for t in evidence) / len(evidence)
             tallies["pager"].outcomes.append(outcome)
             if base is not None:
                 for system in ("recent", "bm25", "vector"):
