@@ -266,7 +266,9 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     for i in range(12):
         session.set_state(f"{WORDS[40 + i]}_{i}", f"{NAMES[i % len(NAMES)]} owns the {WORDS[60 + i]} until {i + 1} May")
     tiered, bare = (session.facts, session.state, session.summaries), (Facts(), State(), Summaries())
-    with_tiers, without, shown = [], [], []
+    with_tiers: list[float] = []
+    without: list[float] = []
+    shown: list = []
     for i, q in enumerate(asks):
         for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
             session.facts, session.state, session.summaries = tiers
