@@ -182,14 +182,19 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
     if frames <= 0 or not session.summaries.episodes() or not message.strip():
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    cost = session.render.line_tokens
+    vector = message_vector(session, message)
     lines: list[str] = []
     shown: list[int] = []
+    used = cost(SUMMARIES_TITLE + "\n")   # the block so far, each line with its newline
     for s, _ in session.summaries.search(message, vector):
         if s.kind != "episode":
             continue   # the rolling summary has its place in the memory map
         line = session.summaries.line(s)
-        if count("\n".join([SUMMARIES_TITLE, *lines, line]) + SEPARATOR) > capacity:
+        # the block's count as the sum of its lines' cached counts: a line starts with "- ", so no
+        # pre-token runs across a newline into it (as a page's body after its header, render.py); the
+        # whole block is counted once more below
+        if used + cost(line + SEPARATOR) > capacity:
             if lines:
                 continue
             line = session.tokenizer.fit(line, capacity - count(SUMMARIES_TITLE + "\n" + SEPARATOR))
@@ -199,9 +204,14 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
                 return "", [], 0
         lines.append(line)
         shown.append(s.n)
+        used += cost(line + "\n")
+    block = "\n".join([SUMMARIES_TITLE, *lines])
+    while lines and count(block + SEPARATOR) > capacity:   # by construction this does not happen
+        lines.pop()
+        shown.pop()
+        block = "\n".join([SUMMARIES_TITLE, *lines])
     if not lines:
         return "", [], 0
-    block = "\n".join([SUMMARIES_TITLE, *lines])
     return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
 
 
@@ -243,7 +253,7 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     weight is the piece's alone: the split compares it with the weights of pieces on pages."""
     if not session.facts or not message.strip():
         return []
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    vector = message_vector(session, message)
     own = session.facts.search(message, vector, k=MOST_FACTS)
     best = own[0][1] if own and own[0][1] > 0 else 1.0
     matched = {f.n: score / best for f, score in own}
@@ -278,25 +288,14 @@ def fact_line(session: Session, fact) -> str:
     """A fact's line in a slab; it changes only when a newer fact supersedes it."""
     cache = _LINES.get(session)
     if cache is None or cache[0] != len(session.facts):
-        cache = _LINES[session] = (len(session.facts), {}, {})
+        cache = _LINES[session] = (len(session.facts), {})
     line = cache[1].get(fact.n)
     if line is None:
         line = cache[1][fact.n] = session.facts.line(fact)
     return line
 
 
-def line_tokens(session: Session, line: str) -> int:
-    """Tokens of a fact's line, counted once per line."""
-    cache = _LINES.get(session)
-    if cache is None or cache[0] != len(session.facts):
-        cache = _LINES[session] = (len(session.facts), {}, {})
-    cost = cache[2].get(line)
-    if cost is None:
-        cost = cache[2][line] = session.tokenizer.count(line)
-    return cost
-
-
-_LINES: "weakref.WeakKeyDictionary[Session, tuple[int, dict, dict]]" = weakref.WeakKeyDictionary()
+_LINES: "weakref.WeakKeyDictionary[Session, tuple[int, dict[int, str]]]" = weakref.WeakKeyDictionary()
 _PIECE_FACTS: "weakref.WeakKeyDictionary[Session, tuple]" = weakref.WeakKeyDictionary()
 
 
@@ -330,7 +329,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     offers = []   # (-value per token, rank, turns, cost): a heap; offers only fall as turns are shown
     for rank, (fact, line, weight) in enumerate(ranked):
         if weight > 0 and not set(fact.turns) <= shown:
-            cost = line_tokens(session, line) + 1
+            cost = session.render.line_tokens(line) + 1
             offers.append((-weight / cost, rank, fact.turns, weight, cost))
     heapq.heapify(offers)
     taken_pages, fact_tokens, next_page = 0, 0, 0
@@ -375,6 +374,16 @@ def counted(count, text: str) -> int:
     return count(text)
 
 
+def message_vector(session: Session, message: str):
+    """The message's vector as the facts and summaries are searched with (float16-rounded, as they
+    are stored), embedded once per message: both tiers ask for it."""
+    held = session.render.message_vector
+    if held is None or held[0] != message:
+        held = session.render.message_vector = (
+            message, session.home.embedder.embed([message])[0].astype("float16").astype("float32"))
+    return held[1]
+
+
 def slab_text(slab: list[tuple]) -> str:
     return "\n".join([FACTS_TITLE] + [line for _, line in slab])
 
@@ -386,7 +395,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [count(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
-        cost = line_tokens(session, item[1]) + 1
+        cost = session.render.line_tokens(item[1]) + 1
         for b in range(slabs):
             if used[b] + cost <= limit:
                 bins[b].append(item)
@@ -472,6 +481,17 @@ def render_state(session: Session, cap: int) -> str:
     count = session.tokenizer.count
     title = render("state").strip()
     lines = state.lines(lambda c: session.render.page_dates(c.page) if c.page in session.table else "")
+    key = (cap, title, tuple(lines))
+    cached = session.render.state_block
+    if cached and cached[0] == key:   # sizing and assembly both ask, turn after turn, for the same block
+        return cached[1]
+    block = _fit_state(count, title, lines, cap)
+    session.render.state_block = (key, block)
+    return block
+
+
+def _fit_state(count, title: str, lines: list[str], cap: int) -> str:
+    """The state block of these lines within cap tokens (render_state)."""
 
     def text(kept: list[str]) -> str:
         left = len(lines) - len(kept)
@@ -523,7 +543,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
             continue
         date = session.pages[n].date_first
         line = f"- p{n}{' (' + date + ')' if date else ''}: {', '.join(keywords[:5])}"
-        cost = count(line) + 1
+        cost = session.render.line_tokens(line) + 1
         if cost > budget:
             break
         lines.append(line)
@@ -538,7 +558,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
 def next_victims(session: Session, k: int) -> list[int]:
     """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
     policy = copy.deepcopy(session.policy)
-    table = {n: copy.copy(session.table[n]) for n in session.frames.slots if n is not None}
+    table = {n: _clone(session.table[n]) for n in session.frames.slots if n is not None}
     out: list[int] = []
     for _ in range(k):
         candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]
@@ -546,6 +566,13 @@ def next_victims(session: Session, k: int) -> list[int]:
             break
         out.append(policy.victim(candidates, session.tick).n)
     return out
+
+
+def _clone(entry):
+    """A shallow copy of a page-table entry (copy.copy's generic path costs more than the prediction)."""
+    twin = object.__new__(type(entry))
+    twin.__dict__.update(entry.__dict__)
+    return twin
 
 
 ROLLING_MIN = 48   # the least room in the memory map worth a rolling summary
