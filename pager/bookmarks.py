@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before being
     below between both but by can could did do does doing done down during each else even ever every few
@@ -54,6 +56,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
 _DATE_MARKER = re.compile(r"^\([^()]*\)$")  # the packer's "(9 May 2023)" line where the date changes
 
 
+@lru_cache(maxsize=65_536)
 def normalize(keyword: str) -> str:
     """The lookup form of a keyword: lower case, single spaces, no surrounding punctuation."""
     return " ".join(re.sub(r"[^\w\s.#+/-]", " ", keyword.lower()).split()).strip(" .-/")
@@ -175,6 +178,7 @@ class Directory:
     notes: dict[int, list[str]] = field(default_factory=dict)
     index: dict[str, set[int]] = field(default_factory=dict)
     uids: set[str] = field(default_factory=set)
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
             uid: str = "", first: bool = False) -> None:
@@ -206,19 +210,25 @@ class Directory:
     def keywords(self, n: int) -> list[str]:
         return self.by_page.get(n, [])
 
-    def matches(self, query: str, longest: int = 4) -> dict[int, float]:
-        """Pages whose keywords occur in the query, weighted by how specific the keyword is.
+    def matches(self, query: str, longest: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """Pages whose keywords occur in the query, weighted by how specific the keyword is: (pages,
+        weights), a page once per keyword it matched (their weights add up).
 
-        The query's word n-grams are looked up, so the cost follows the query, not the directory."""
+        The query's word n-grams are looked up, so the cost follows the query, not the directory;
+        each keyword's pages are kept as an array, so a common one costs no loop over its pages."""
         words = normalize(query).split()
         grams = {" ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
         grams |= {singular(g) for g in grams}
-        hits: dict[int, float] = {}
-        for alias in grams:
-            pages = self.index.get(alias)
-            if not pages or len(alias) < 3:
+        pages, weights = [], []
+        for alias in sorted(grams):
+            found = self.index.get(alias)
+            if not found or len(alias) < 3:
                 continue
-            weight = (1.0 + alias.count(" ")) / max(1.0, len(pages) ** 0.5)
-            for n in pages:
-                hits[n] = hits.get(n, 0.0) + weight
-        return hits
+            cached = self._arrays.get(alias)
+            if cached is None or len(cached) != len(found):   # a keyword's pages only ever grow
+                cached = self._arrays[alias] = np.fromiter(found, dtype=np.int64, count=len(found))
+            pages.append(cached)
+            weights.append(np.full(len(cached), (1.0 + alias.count(" ")) / max(1.0, len(found) ** 0.5)))
+        if not pages:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return np.concatenate(pages), np.concatenate(weights)

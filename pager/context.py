@@ -152,14 +152,19 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
     if frames <= 0 or not session.summaries.episodes() or not message.strip():
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    cost = session.render.line_tokens
+    vector = message_vector(session, message)
     lines: list[str] = []
     shown: list[int] = []
+    used = cost(SUMMARIES_TITLE + "\n")   # the block so far, each line with its newline
     for s, _ in session.summaries.search(message, vector):
         if s.kind != "episode":
             continue   # the rolling summary has its place in the memory map
         line = session.summaries.line(s)
-        if count("\n".join([SUMMARIES_TITLE, *lines, line]) + SEPARATOR) > capacity:
+        # the block's count as the sum of its lines' cached counts: a line starts with "- ", so no
+        # pre-token runs across a newline into it (as a page's body after its header, render.py); the
+        # whole block is counted once more below
+        if used + cost(line + SEPARATOR) > capacity:
             if lines:
                 continue
             line = session.tokenizer.fit(line, capacity - count(SUMMARIES_TITLE + "\n" + SEPARATOR))
@@ -169,20 +174,35 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
                 return "", [], 0
         lines.append(line)
         shown.append(s.n)
+        used += cost(line + "\n")
+    block = "\n".join([SUMMARIES_TITLE, *lines])
+    while lines and count(block + SEPARATOR) > capacity:   # by construction this does not happen
+        lines.pop()
+        shown.pop()
+        block = "\n".join([SUMMARIES_TITLE, *lines])
     if not lines:
         return "", [], 0
-    block = "\n".join([SUMMARIES_TITLE, *lines])
     return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
 
 
 FACTS_TITLE = "[facts]"
 
 
+def message_vector(session: Session, message: str):
+    """The message's vector as the facts and summaries are searched with (float16-rounded, as they
+    are stored), embedded once per message: both tiers ask for it."""
+    held = session.render.message_vector
+    if held is None or held[0] != message:
+        held = session.render.message_vector = (
+            message, session.home.embedder.embed([message])[0].astype("float16").astype("float32"))
+    return held[1]
+
+
 def rank_facts(session: Session, message: str) -> list[tuple]:
     """(fact, its line) for the facts the message is about, best first."""
     if not session.facts or not message.strip():
         return []
-    vector = session.home.embedder.embed([message])[0].astype("float16").astype("float32")
+    vector = message_vector(session, message)
     return [(f, session.facts.line(f)) for f, _ in session.facts.search(message, vector)]
 
 
@@ -197,7 +217,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [count(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
-        cost = count(item[1]) + 1
+        cost = session.render.line_tokens(item[1]) + 1
         for b in range(slabs):
             if used[b] + cost <= limit:
                 bins[b].append(item)
@@ -283,6 +303,17 @@ def render_state(session: Session, cap: int) -> str:
     count = session.tokenizer.count
     title = render("state").strip()
     lines = state.lines(lambda c: session.render.page_dates(c.page) if c.page in session.table else "")
+    key = (cap, title, tuple(lines))
+    cached = session.render.state_block
+    if cached and cached[0] == key:   # sizing and assembly both ask, turn after turn, for the same block
+        return cached[1]
+    block = _fit_state(count, title, lines, cap)
+    session.render.state_block = (key, block)
+    return block
+
+
+def _fit_state(count, title: str, lines: list[str], cap: int) -> str:
+    """The state block of these lines within cap tokens (render_state)."""
 
     def text(kept: list[str]) -> str:
         left = len(lines) - len(kept)
@@ -334,7 +365,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
             continue
         date = session.pages[n].date_first
         line = f"- p{n}{' (' + date + ')' if date else ''}: {', '.join(keywords[:5])}"
-        cost = count(line) + 1
+        cost = session.render.line_tokens(line) + 1
         if cost > budget:
             break
         lines.append(line)
@@ -349,7 +380,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
 def next_victims(session: Session, k: int) -> list[int]:
     """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
     policy = copy.deepcopy(session.policy)
-    table = {n: copy.copy(session.table[n]) for n in session.frames.slots if n is not None}
+    table = {n: _clone(session.table[n]) for n in session.frames.slots if n is not None}
     out: list[int] = []
     for _ in range(k):
         candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]
@@ -357,6 +388,13 @@ def next_victims(session: Session, k: int) -> list[int]:
             break
         out.append(policy.victim(candidates, session.tick).n)
     return out
+
+
+def _clone(entry):
+    """A shallow copy of a page-table entry (copy.copy's generic path costs more than the prediction)."""
+    twin = object.__new__(type(entry))
+    twin.__dict__.update(entry.__dict__)
+    return twin
 
 
 ROLLING_MIN = 48   # the least room in the memory map worth a rolling summary

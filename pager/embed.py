@@ -61,8 +61,24 @@ class WordLlamaEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) <= self.ONE_BY_ONE:
+            return np.concatenate([self._embed_one(t) for t in texts])
         vectors = self._model.embed(list(texts), norm=True)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    ONE_BY_ONE = 4   # up to this many texts (a query, its words) skip the batch tokenizer's thread pool
+
+    def _embed_one(self, text: str) -> np.ndarray:
+        """One text as wordllama's batch path embeds it (the same operations, so the same bits): a
+        batch of one has no padding, so its mask is all ones. The batch tokenizer hands even one text
+        to a thread pool, which on a busy machine costs more than the embedding."""
+        model = self._model
+        ids = np.array([model.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int32)
+        np.clip(ids, 0, model.embedding.shape[0] - 1, out=ids)
+        mask = np.ones(ids.shape, dtype=np.float32)
+        pooled = model.avg_pool(model.embedding[ids], mask)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return np.ascontiguousarray(pooled, dtype=np.float32)
 
 
 class HashEmbedder:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search import terms
+from .search import similarities, terms
 
 BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|formerly|old|originally|changed?)\b", re.I)
 SUPERSEDED_WEIGHT = 0.6   # an old value ranks below the current one, unless the question asks what it was
@@ -75,6 +75,7 @@ class Facts:
         self._terms: list[Counter] = []
         self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
+        self._cache: dict = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -126,24 +127,45 @@ class Facts:
             return []
         wanted = set(terms(query))
         n = len(self.items)
-        avg = sum(sum(t.values()) for t in self._terms) / n or 1.0
+        arrays = self._arrays()
         scores = np.zeros(n, dtype=np.float64)
-        for i, words in enumerate(self._terms):
-            length = sum(words.values())
-            for w in wanted & words.keys():
+        for w in wanted:
+            if w in arrays["postings"]:
+                at, tf = arrays["postings"][w]
                 idf = math.log(1 + (n - self._df[w] + 0.5) / (self._df[w] + 0.5))
-                tf = words[w]
-                scores[i] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+                scores[at] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * arrays["lengths"][at] / arrays["avg"]))
         if scores.max() > 0:
             scores /= scores.max()
         if query_vector is not None and self._vectors[0].size:
-            scores += 0.5 * np.clip(np.stack(self._vectors) @ query_vector, 0, None)
-        past = bool(BEFORE.search(query))
-        for i, fact in enumerate(self.items):
-            if self.superseded_by(fact) is not None and not past:
-                scores[i] *= SUPERSEDED_WEIGHT
+            scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
+        if not BEFORE.search(query):
+            scores[arrays["superseded"]] *= SUPERSEDED_WEIGHT
         order = np.argsort(-scores, kind="stable")[:k]
         return [(self.items[i], round(float(scores[i]), 4)) for i in order if scores[i] > 0]
+
+    def _arrays(self) -> dict:
+        """BM25 postings, lengths, the vectors as one matrix and which facts are superseded, rebuilt
+        only when facts were added: a search then costs no loop over the facts."""
+        if self._cache.get("facts") != len(self.items):
+            postings: dict[str, tuple[list[int], list[int]]] = {}
+            for i, words in enumerate(self._terms):
+                for w, tf in words.items():
+                    at, tfs = postings.setdefault(w, ([], []))
+                    at.append(i)
+                    tfs.append(tf)
+            lengths = np.array([sum(words.values()) for words in self._terms], dtype=np.float64)
+            position = {id(f): i for i, f in enumerate(self.items)}
+            superseded = np.zeros(len(self.items), dtype=bool)
+            for same in self._subjects.values():   # every record but the newest on its subject has a successor
+                superseded[[position[id(f)] for f in same[:-1]]] = True
+            self._cache = {
+                "facts": len(self.items),
+                "postings": {w: (np.array(at), np.array(tfs, dtype=np.float64)) for w, (at, tfs) in postings.items()},
+                "lengths": lengths, "avg": float(lengths.sum()) / len(self.items) or 1.0,
+                "vectors": np.stack(self._vectors) if self._vectors and self._vectors[0].size else None,
+                "superseded": superseded,
+            }
+        return self._cache
 
     def line(self, fact: Fact) -> str:
         """`- f12 (8 May 2023, p4): text`, or with its end and successor when superseded."""

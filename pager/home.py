@@ -39,7 +39,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
@@ -112,6 +112,8 @@ class Home:
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
+        self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
+        self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.path / "journal", fsync=durable, read_only=read_only, report=self.warn)
@@ -325,21 +327,46 @@ class Home:
                     if not s.settled:  # the session's first transaction fixes how its pages are cut
                         ops.append({**s.settings(), "user": s.user, "session": s.name})
                     ops += [{"op": "turn", **t.to_dict()} for t in plans[s][0]]
+                early = self._embed_early([t for s in written for t in plans[s][0]])
                 try:
                     self.journal.append(ops)
                 except BaseException:
                     for s in written:
                         locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
+                    _vectors(early)   # wait for the helper: nothing of this group stays anywhere
                     raise
                 for s in written:
                     locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
                     s.generation = locks[s].generation
                     s.settled = True
             # durable and numbered: the locks are free for others while this process packs
+            vectors = _vectors(early)
+            for s in written:
+                s.embedded_early.update((t.text, vectors[t.text]) for t in plans[s][0] if t.text in vectors)
             for s in order:
                 s.take_accepted(plans[s][0], origin)
             self.maybe_flush()
         return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
+
+    EARLY = 8   # turns in an accepted group from which their text is embedded while the journal syncs
+
+    def _embed_early(self, turns: list):
+        """The turns' texts embedded on a helper thread while this one waits for the journal's fsync
+        (which releases the GIL): most of them are pieces of pages about to be sealed, and
+        Session._embed_pending takes their vectors from here instead of embedding them again (the
+        same vectors: an embedder embeds each text on its own). Only when the append waits for an
+        fsync (not inside Journal.deferred), with an embedder already loaded, and a group large
+        enough to pay for the hand-over; else None."""
+        if not self.journal.syncs_on_append() or self._embedder is None or len(turns) < self.EARLY:
+            return None
+        if self._early is None or self._early_pid != os.getpid():   # a forked child has no helper thread
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._early = ThreadPoolExecutor(1, thread_name_prefix="pager-embed")
+            self._early_pid = os.getpid()
+        texts = list(dict.fromkeys(t.text for t in turns))
+        embedder = self._embedder
+        return self._early.submit(lambda: dict(zip(texts, embedder.embed(texts))))
 
     def journal_op(self, session, op) -> None:
         """Make one non-turn op (a bookmark, a pin, a state change) durable for a session. A callable
@@ -554,6 +581,10 @@ class Home:
     def close(self) -> None:
         if self._closed:
             return
+        if self._early is not None:   # idle: accept waits for what it hands over
+            if self._early_pid == os.getpid():
+                self._early.shutdown()
+            self._early = None
         with self._mutex:
             self._closing = True  # the lease thread gives nothing up from here on: close releases all
         if self.read_only:
@@ -590,6 +621,17 @@ class Home:
             self.journal.close(remove=False)
             self.leases.stop()
             self._closed = True
+
+
+def _vectors(early) -> dict:
+    """What Home._embed_early made, once it is done ({} if nothing, or if embedding failed: the
+    pages are then embedded as usual, and that embedding reports the failure)."""
+    if early is None:
+        return {}
+    try:
+        return early.result()
+    except Exception:  # noqa: BLE001 - the usual path embeds again and raises there
+        return {}
 
 
 class Accepted(dict):

@@ -257,6 +257,10 @@ class Journal:
                              f"{self.folder}; the message was not accepted") from exc
         self.written += len(ops)
 
+    def syncs_on_append(self) -> bool:
+        """Does append wait for an fsync before it returns (a durable journal, this thread outside deferred())?"""
+        return self.fsync and not getattr(self._deferred, "on", False)
+
     @contextmanager
     def deferred(self) -> Iterator[None]:
         """Appends of this thread inside the block write their frames at once and make them durable

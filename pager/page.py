@@ -130,6 +130,7 @@ class Packer:
     user: str = ""
     pieces: list[_Piece] = field(default_factory=list)
     body_tokens: int = 0
+    _uncounted: bool = False   # a piece was laid without counting the body (a turn split to fit)
 
     @property
     def capacity(self) -> int:
@@ -153,6 +154,7 @@ class Packer:
                 continue
             end = self._split_point(turn, start)
             self.pieces.append(_Piece(turn, start, end, self._line(turn, start, text[start:end])))
+            self._uncounted = True
             sealed.append(self.seal())
             start = end
             if start >= len(text):
@@ -173,7 +175,8 @@ class Packer:
             session=self.session,
             n=self.next_n,
             text=text,
-            tokens=self.tokenizer.count(text),
+            # the body as last counted is this text, unless a split piece was laid since (add's split path)
+            tokens=self.body_tokens if self.body_tokens and not self._uncounted else self.tokenizer.count(text),
             spans=tuple((p.turn.turn, p.start, p.end) for p in pieces),
             lines=tuple(lines),
             speakers=tuple(dict.fromkeys(t.speaker for t in turns)),
@@ -186,6 +189,7 @@ class Packer:
         )
         self.pieces = []
         self.body_tokens = 0
+        self._uncounted = False
         self.next_n += 1
         return page
 

@@ -15,12 +15,21 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+def starts_clean(body: str) -> bool:
+    """Does a body after a header's "]\n" start a pre-token of its own (Renderer.block_tokens)?"""
+    return bool(body) and not body[0].isspace() and body[0] != "/"
+
+
 class Renderer:
     def __init__(self, session: "Session") -> None:
         self.s = session
         self._headers: dict[int, tuple[tuple, str]] = {}
         self._keyword_costs: dict[str, int] = {}
         self._block_costs: dict[int, tuple[str, int]] = {}
+        self._line_costs: dict[str, int] = {}
+        self._body_costs: dict[int, tuple[str, int, int]] = {}
+        self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
+        self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
 
     def body(self, n: int, hide_turn: int = 0) -> str | None:
         """Text of page n as the model sees it; the current message is shown once, as the message."""
@@ -74,13 +83,38 @@ class Renderer:
         return text
 
     def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
-        """Tokens of a page's block with the separator that follows it; cached for sealed pages."""
+        """Tokens of a page's block (header, newline, body) with the separator that follows it.
+
+        For a sealed page it is the sum of two cached counts: the header with its newline, and the
+        body with the separator. The sum is exact: the header ends in "]", and in the tiktoken
+        encodings pager uses (cl100k, o200k) the pre-token "]\n" ends at the newline unless the
+        next character is a newline, "\r" or "/" (o200k's `[\r\n/]*`); a body starting with any
+        other non-space character (a speaker's name, a "(date)" marker) starts a pre-token of its
+        own, and BPE never merges across pre-tokens. Other bodies are counted whole. So a page's
+        body costs the tokenizer once, however often its header changes (bookmarks are added)."""
+        if n == self.s.tail_n:
+            return self.s.tokenizer.count(block + separator)
         cached = self._block_costs.get(n)
-        if cached and cached[0] == header and n != self.s.tail_n:
+        if cached and cached[0] == header:
             return cached[1]
-        cost = self.s.tokenizer.count(block + separator)
-        if n != self.s.tail_n:
-            self._block_costs[n] = (header, cost)
+        body = block[len(header) + 1:]
+        if block.startswith(header + "\n") and header.endswith("]") and starts_clean(body):
+            costs = self._body_costs.get(n)
+            if costs is None or costs[:2] != (separator, len(body)):
+                costs = self._body_costs[n] = (separator, len(body), self.s.tokenizer.count(body + separator))
+            cost = self.s.tokenizer.count(header + "\n") + costs[2]
+        else:
+            cost = self.s.tokenizer.count(block + separator)
+        self._block_costs[n] = (header, cost)
+        return cost
+
+    def line_tokens(self, line: str) -> int:
+        """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""
+        cost = self._line_costs.get(line)
+        if cost is None:
+            if len(self._line_costs) > 100_000:
+                self._line_costs.clear()
+            cost = self._line_costs[line] = self.s.tokenizer.count(line)
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:

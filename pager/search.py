@@ -69,13 +69,21 @@ def terms(text: str) -> list[str]:
             cjk = []
         if not tok:
             continue
-        tok = tok.replace("’", "'")
-        if tok.endswith("'s"):
-            tok = tok[:-2]
-        if tok in STOPWORDS or (len(tok) < 2 and not tok.isdigit()):
-            continue
-        out.append(stem(tok))
+        term = _term(tok)
+        if term is not None:
+            out.append(term)
     return out
+
+
+@lru_cache(maxsize=200_000)
+def _term(tok: str) -> str | None:
+    """A token's BM25 term (None for none): its possessive and stopwords dropped, stemmed."""
+    tok = tok.replace("’", "'")
+    if tok.endswith("'s"):
+        tok = tok[:-2]
+    if tok in STOPWORDS or (len(tok) < 2 and not tok.isdigit()):
+        return None
+    return stem(tok)
 
 
 # -- echoes: pieces that repeat the query or quote another page ----------------------------------------------
@@ -137,6 +145,13 @@ class BM25:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    def __getstate__(self) -> dict:
+        """Pickled (inside the index cache) without the length norms: they are for the document count of now."""
+        state = dict(self.__dict__)
+        state.pop("_norms", None)
+        state.pop("_norms_for", None)
+        return state
+
     def add(self, words: list[str]) -> int:
         doc = len(self.lengths)
         self.lengths.append(len(words))
@@ -173,15 +188,26 @@ class BM25:
             self._length_array = np.concatenate([self._length_array,
                                                  np.array(self.lengths[have:], dtype=np.float32)])
         scale = self.k1 * self.b / (self.total / n)
+        if getattr(self, "_norms_for", None) != (n, self.total):   # a word's length norms hold until a document comes
+            self._norms, self._norms_for = {}, (n, self.total)
         for word, weight in weighted.items():
             posting = self._posting(word)
             if posting is None:
                 continue
             docs, tfs = posting
             idf = weight * math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
-            norm = tfs + self.k1 * (1 - self.b) + scale * self._length_array[docs]
+            norm = self._norms.get(word)
+            if norm is None:
+                norm = self._norms[word] = tfs + self.k1 * (1 - self.b) + scale * self._length_array[docs]
             out[docs] += idf * tfs * (self.k1 + 1) / norm
         return out
+
+
+def similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """matrix @ vector for one query, by einsum's own loop rather than BLAS: a matrix-vector product
+    is bound by memory, and BLAS's threads only add their wake-ups (measured 4-5x slower on two busy
+    cores, BENCHMARKS.md)."""
+    return np.einsum("ij,j->i", matrix, vector)
 
 
 class Vocabulary:
@@ -209,7 +235,12 @@ class Vocabulary:
             self.grew = True
         if not words or not len(self.words):
             return []
-        sims = embedder.embed(words) @ self._matrix.T
+        # a word of the session's own is embedded already: its row is the same vector
+        known = [self.index.get(w, -1) for w in words]
+        unknown = [w for w, row in zip(words, known) if row < 0]
+        fresh = iter(embedder.embed(unknown)) if unknown else iter(())
+        queried = np.stack([self._matrix[row] if row >= 0 else next(fresh) for row in known])
+        sims = [similarities(self._matrix, row) for row in queried]
         out: list[str] = []
         for row in sims:
             for j in np.argpartition(-row, min(per_word, len(row) - 1))[:per_word]:
@@ -366,7 +397,7 @@ class Index:
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
         bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
         qv = embedder.embed([bare if bare.strip() else query])[0]
-        found = (weighted, self.bm25.scores(weighted), named, np.maximum(self.vectors() @ qv, 0.0))
+        found = (weighted, self.bm25.scores(weighted), named, np.maximum(similarities(self.vectors(), qv), 0.0))
         self._memo = (stamp, found)
         return found
 
@@ -388,7 +419,9 @@ class Index:
             fused = np.where(kind == QUOTE, fused * ECHO, fused).astype(fused.dtype)
         m = min(pool, len(fused))
         best = np.argpartition(-fused, m - 1)[:m] if m < len(fused) else np.arange(len(fused))
-        names = {t for s in self.speakers for t in terms(s)}
+        names = self._cache.get("speaker_terms")   # _arrays() above: the cache is for these pieces, so these speakers
+        if names is None:
+            names = self._cache["speaker_terms"] = {t for s in self.speakers for t in terms(s)}
         for piece in best.tolist():
             if kind[piece] == QUESTION and fused[piece] > 0 and echoes(self.piece_terms[piece], query_terms, names):
                 fused[piece] *= ECHO
@@ -399,7 +432,10 @@ class Index:
         """Terms to add to the query: frequent in its best pieces, rare in the session (RM3-style)."""
         reads, count, weight = self.FEEDBACK
         n = len(self.bm25)
-        names = {stem(s) for s in self.speakers}
+        self._arrays()
+        names = self._cache.get("speaker_stems")
+        if names is None:
+            names = self._cache["speaker_stems"] = {stem(s) for s in self.speakers}
         scores: Counter = Counter()
         best = np.argpartition(-fused, reads - 1)[:reads] if reads < len(fused) else np.arange(len(fused))
         for piece in best.tolist():
@@ -469,6 +505,24 @@ class Index:
             return np.zeros_like(best)
         return (weight * sums / sums.max())[episode].astype(best.dtype)
 
+    @staticmethod
+    def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
+        """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
+        pages, weights = bookmark_hits
+        at = np.searchsorted(numbers, pages)
+        found = at < len(numbers)
+        found[found] = numbers[at[found]] == pages[found]
+        return np.bincount(at[found], weights=weights[found], minlength=len(numbers))
+
+    @staticmethod
+    def _top_mark(bookmark_hits: tuple[np.ndarray, np.ndarray]) -> float:
+        """The best page's bookmark match, indexed or not (the open tail may hold bookmarks too)."""
+        pages, weights = bookmark_hits
+        if not len(pages):
+            return 0.0
+        _, page = np.unique(pages, return_inverse=True)
+        return float(np.bincount(page.reshape(-1), weights=weights).max())
+
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
@@ -479,10 +533,12 @@ class Index:
         around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
         score = best + weights["neighbour"] * around
         position = arrays["position"]
-        top_mark = max(bookmark_hits.values(), default=0.0)
-        for n, value in bookmark_hits.items():
-            if n in position and top_mark > 0:
-                score[position[n]] += weights["bookmark"] * value / top_mark
+        marks = self._marks(bookmark_hits, numbers)   # per page, as score is
+        top_mark = self._top_mark(bookmark_hits)
+        if top_mark > 0:
+            marked = marks > 0
+            score[marked] = (score[marked].astype(np.float64) + weights["bookmark"] * marks[marked] / top_mark
+                             ).astype(score.dtype)
         for n, value in boosts.items():
             if n in position:
                 score[position[n]] += value
@@ -493,21 +549,26 @@ class Index:
         if k <= 0:
             return []
         top = np.argpartition(-score, k - 1)[:k]
+        top = top[np.isfinite(score[top])]
+        # the first best piece of each page; then every signal read at those pieces at once
+        pieces = [start + int(fused[start:end].argmax()) for start, end in zip(starts[top].tolist(), ends[top].tolist())]
+        names = list(signals)
+        values = np.stack([signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
+        kinds, echoed = arrays["kind"][pieces].tolist(), arrays["echoed"]
         hits = []
-        for i in top:
-            if not np.isfinite(score[i]):
-                continue
-            n, piece = int(numbers[i]), int(starts[i] + np.argmax(fused[starts[i] : ends[i]]))  # first best piece
-            parts = {name: round(float(v[piece]), 4) for name, v in signals.items() if v[piece] > 0}
-            if arrays["kind"][piece] == QUOTE or piece in arrays["echoed"]:
+        for j, (n, total, shared, marked) in enumerate(zip(numbers[top].tolist(), score[top].tolist(),
+                                                           episode[top].tolist(), marks[top].tolist())):
+            piece = pieces[j]
+            parts = {name: round(v, 4) for name, v in zip(names, values[j]) if v > 0}
+            if kinds[j] == QUOTE or piece in echoed:
                 parts["echo"] = ECHO
-            if episode[i] > 0:
-                parts["episode"] = round(float(episode[i]), 4)
-            if n in bookmark_hits:
-                parts["bookmark"] = round(bookmark_hits[n], 4)
+            if shared > 0:
+                parts["episode"] = round(shared, 4)
+            if marked > 0:
+                parts["bookmark"] = round(marked, 4)
             if n in boosts:
                 parts["boost"] = round(boosts[n], 4)
-            hits.append(Hit(n, round(float(score[i]), 4), parts, piece))
+            hits.append(Hit(n, round(total, 4), parts, piece))
         hits.sort(key=lambda h: (-h.score, -h.n))
         return hits
 

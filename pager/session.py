@@ -73,6 +73,7 @@ class Session:
         self.tick = 0
         self.turn_count = 0                 # every turn up to this one is on a page or the open tail
         self._next_start = 0                # where turn turn_count + 1 resumes (a page may end inside it)
+        self._speakers: dict[str, str] = {}   # speaker as sent → as kept (fit to SPEAKER_TOKENS)
         self._waiting: dict[int, tuple[Turn, bool]] = {}  # turns known ahead of a gap, and whether ours
         self.keys: dict[str, int] = {}      # idempotency key → turn, for the turns taken in
         self._keys_loaded = False
@@ -81,6 +82,7 @@ class Session:
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
+        self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -217,7 +219,12 @@ class Session:
         if ts is None:
             ts = (label_time(str(m["date"])) if m.get("date") else None) or self.clock()
         ts = float(ts)
-        speaker = self.tokenizer.fit(" ".join(str(m.get("speaker") or m.get("role") or "user").split()), SPEAKER_TOKENS)
+        speaker = str(m.get("speaker") or m.get("role") or "user")
+        if speaker not in self._speakers:   # a conversation has few speakers: fit each once
+            if len(self._speakers) > 10_000:
+                self._speakers.clear()
+            self._speakers[speaker] = self.tokenizer.fit(" ".join(speaker.split()), SPEAKER_TOKENS)
+        speaker = self._speakers[speaker]
         return Turn(self.name, 0, speaker or "user", text, m.get("role") or "user", m.get("date") or date_label(ts),
                     ts, str(m.get("ref") or ""), self.user, str(m.get("key") or ""))
 
@@ -358,7 +365,17 @@ class Session:
         pages = self._unembedded
         if not pages:
             return
-        vectors = self.home.embedder.embed([p.piece_text(i).split(": ", 1)[-1] for p in pages for i in range(len(p.spans))])
+        texts = [p.piece_text(i).split(": ", 1)[-1] for p in pages for i in range(len(p.spans))]
+        early = self.embedded_early   # the texts of turns embedded while the journal synced (Home._embed_early)
+        known = {t: early[t] for t in texts if t in early}
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            known.update(zip(missing, self.home.embedder.embed(missing)))
+        for t in texts:
+            early.pop(t, None)
+        if len(early) > 10_000:   # texts of turns split across pages, whose pieces are embedded on their own
+            early.clear()
+        vectors = np.stack([known[t] for t in texts])
         # the store keeps float16; rounding here makes a session searched from memory and one reloaded from
         # disk rank identically, which replay relies on
         vectors = vectors.astype(np.float16).astype(np.float32)
@@ -855,11 +872,13 @@ class Session:
         for hit in hits:
             self.table[hit.n].relevance = hit.score
             chosen.append(hit.n)
+        taken = set(chosen)
         for hit in hits:
             for d in range(1, cfg.readahead + 1):
                 for n in (hit.n - d, hit.n + d):
-                    if len(chosen) < room and n in self.pages and n not in chosen:
+                    if len(chosen) < room and n in self.pages and n not in taken:
                         chosen.append(n)
+                        taken.add(n)
         missing = sum(1 for n in chosen if not self.table[n].resident)
         # one eviction pass for the whole batch: the policy sees every candidate once
         self.frames.make_room({self.tail_n, *chosen}, self.tick, self._evict, free=missing, keep=self.in_use)

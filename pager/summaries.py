@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search import terms
+from .search import similarities, terms
 
 ROLLING = "rolling"
 EPISODE = "episode"
@@ -99,6 +99,7 @@ class Summaries:
         self._terms: list[Counter] = []
         self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
+        self._cache: dict = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -132,27 +133,46 @@ class Summaries:
     def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 20) -> list[tuple[Summary, float]]:
         """Current summaries for the query, best first: BM25 over their text plus vector similarity.
         Older versions are kept and listed, not searched: their text is in the newer one."""
-        live = [i for i, s in enumerate(self.items) if self.current.get(s.key) is s]
+        arrays = self._arrays()
+        live = arrays["live"]
         if not live:
             return []
         wanted = set(terms(query))
-        n = len(live)
-        df = Counter(w for i in live for w in self._terms[i])
-        avg = sum(sum(self._terms[i].values()) for i in live) / n or 1.0
+        n, df = len(live), arrays["df"]
         scores = np.zeros(n, dtype=np.float64)
-        for j, i in enumerate(live):
-            words = self._terms[i]
-            length = sum(words.values())
-            for w in wanted & words.keys():
+        for w in wanted:
+            if w in arrays["postings"]:
+                at, tf = arrays["postings"][w]
                 idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                tf = words[w]
-                scores[j] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+                scores[at] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * arrays["lengths"][at] / arrays["avg"]))
         if scores.max() > 0:
             scores /= scores.max()
         if query_vector is not None and self._vectors[live[0]].size:
-            scores += 0.5 * np.clip(np.stack([self._vectors[i] for i in live]) @ query_vector, 0, None)
+            scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
         order = np.argsort(-scores, kind="stable")[:k]
         return [(self.items[live[j]], round(float(scores[j]), 4)) for j in order if scores[j] > 0]
+
+    def _arrays(self) -> dict:
+        """The current summaries' BM25 postings, lengths and vectors, rebuilt only when summaries were
+        added: a search then costs no loop over the summaries."""
+        if self._cache.get("items") != len(self.items):
+            live = [i for i, s in enumerate(self.items) if self.current.get(s.key) is s]
+            postings: dict[str, tuple[list[int], list[int]]] = {}
+            for j, i in enumerate(live):
+                for w, tf in self._terms[i].items():
+                    at, tfs = postings.setdefault(w, ([], []))
+                    at.append(j)
+                    tfs.append(tf)
+            lengths = np.array([sum(self._terms[i].values()) for i in live], dtype=np.float64)
+            self._cache = {
+                "items": len(self.items), "live": live,
+                "df": {w: len(at) for w, (at, _) in postings.items()},
+                "postings": {w: (np.array(at), np.array(tfs, dtype=np.float64)) for w, (at, tfs) in postings.items()},
+                "lengths": lengths, "avg": float(lengths.sum()) / len(live) if live else 1.0,
+                "vectors": np.stack([self._vectors[i] for i in live]) if live and self._vectors[live[0]].size else None,
+            }
+            self._cache["avg"] = self._cache["avg"] or 1.0
+        return self._cache
 
     def line(self, s: Summary) -> str:
         """`- s3 (session 2 · p5–p9, 25 May 2023): text`."""

@@ -121,7 +121,7 @@ def new_trace_path(home: Path, user: str, session: str, kind: str) -> Path:
     the run's kind, the second and the process id, and created here so no other run can take it."""
     folder = Path(home) / "traces"
     folder.mkdir(parents=True, exist_ok=True)
-    safe = re.sub(r"[^\w.-]+", "_", session).lstrip(".")[:60] or "session"   # never a dot file, nor '..' 
+    safe = re.sub(r"[^\w.-]+", "_", session).lstrip(".")[:60] or "session"   # never a dot file, nor '..'
     digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:8]
     stem = f"{safe}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{digest}-{os.getpid()}"
     for attempt in range(1000):

@@ -63,3 +63,18 @@ def test_context_never_exceeds_budget(tmp_path_factory, texts, page_tokens, budg
         assert ctx.dropped == []  # the frame arithmetic alone kept it in budget
         assert len(ctx.pages) <= ctx.frames
     home.journal.close(remove=True)
+
+
+@settings(max_examples=400, deadline=None)
+@given(header=st.text(alphabet=alphabet, max_size=60), body=words, separator=st.sampled_from(["\n\n", "\n"]),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_block_counts_as_its_header_plus_its_body(header, body, separator, encoding):
+    """Renderer.block_tokens adds two cached counts instead of counting each block whole: for every
+    body it takes that way, the sum is the exact count of the block."""
+    from pager.render import starts_clean
+    from pager.tokens import get_tokenizer
+
+    count = get_tokenizer(encoding).count
+    header = "[" + header + "]"
+    if starts_clean(body):
+        assert count(header + "\n" + body + separator) == count(header + "\n") + count(body + separator)

@@ -208,7 +208,7 @@ from pager.model import HandlerModel
 from pager.llm import LiteLLMModel, register
 
 def run(model):
-    home = Home(Config(home=sys.argv[1] + "/" + str(id(model)), budget=2048, embedder="hash"),
+    home = Home(Config(home=sys.argv[1] + "/" + type(model).__name__, budget=2048, embedder="hash"),
                 store=MemoryStore(), embedder=HashEmbedder(), durable=False, clock=lambda: 1.7e9)
     s = home.open("a")
     s.append("maya", "My daughter Ines is allergic to shellfish, keep that in mind for the party.", ts=1.7e9)

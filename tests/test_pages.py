@@ -56,6 +56,7 @@ def test_packing_is_deterministic_and_bounded(texts, size):
     a, b = pack(), pack()
     assert [(x.text, x.spans) for x in a] == [(x.text, x.spans) for x in b]
     assert all(x.tokens <= size - header_reserve(size) - 2 for x in a)
+    assert [x.tokens for x in a] == [TOK.count(x.text) for x in a]   # kept from packing, never stale
     # every character of every turn is on exactly one page
     for i, t in enumerate(texts, 1):
         spans = sorted((s, e) for x in a for (n, s, e) in x.spans if n == i)

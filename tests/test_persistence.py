@@ -181,3 +181,29 @@ def test_a_snapshot_is_not_trusted_once_something_was_appended(tmp_path):
     writer.close()
     again = py(SNAPSHOT_READER, home, "ro")   # the writer's close left a new snapshot
     assert again["snapshot"] == "Snapshot" and again["turns"] == 1701 and not again["lancedb"]
+
+
+def test_turns_embedded_while_the_journal_syncs_give_the_same_index(tmp_path):
+    """A durable home embeds an accepted group's texts on a helper thread during the fsync and seals
+    pages with those vectors; the index is the one a home without that helper builds."""
+    import numpy as np
+
+    from pager.store import MemoryStore
+
+    texts = [f"turn {i}: the Zeta{i % 7} build uses flag number {i * 13} " + "and more words " * (i % 9) for i in range(200)]
+
+    def ingest(durable: bool):
+        cfg = Config(home=tmp_path / f"h{durable}", budget=2048, page_tokens=128, embedder="hash")
+        home = Home(cfg, store=MemoryStore(), embedder=HashEmbedder(), durable=durable)
+        s = home.open("work")
+        for i in range(0, len(texts), 20):
+            s.append_many([{"speaker": "ann" if j % 2 else "bob", "text": t} for j, t in enumerate(texts[i : i + 20])])
+        used = home._early is not None
+        vectors = s.index.vectors().copy()
+        home.close()
+        return vectors, used
+
+    early, used = ingest(True)
+    plain, unused = ingest(False)
+    assert used and not unused   # the durable home handed the embedding over; the other had nothing to wait for
+    assert len(early) > 100 and np.array_equal(early, plain)

@@ -196,6 +196,23 @@ def test_index_vectors_grow_in_place_and_pickle_without_spare_rows():
     assert np.array_equal(copy.vectors(), np.vstack(added))
 
 
+def test_a_short_text_embeds_exactly_as_in_a_batch():
+    """Up to four texts (a query, its words) are embedded one by one, past the batch tokenizer's
+    thread pool: the vectors are wordllama's own batch vectors, bit for bit, at either size."""
+    import numpy as np
+
+    from pager.embed import WordLlamaEmbedder
+
+    texts = ["What did Maya say about the offsite budget?", "pets", "", "Caroline's LGBTQ support group 😀",
+             "日本語のテキスト", "a much longer text " * 40]
+    for dim in (128, 256):
+        e = WordLlamaEmbedder(dim)
+        batch = np.asarray(e._model.embed(texts, norm=True), dtype=np.float32)
+        alone = np.concatenate([e.embed([t]) for t in texts])
+        assert alone.shape == (len(texts), dim)
+        assert np.array_equal(alone, batch, equal_nan=True)   # the empty text is nan in both
+
+
 def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
     """Index._arrays and the BM25 postings extend their arrays by what was added since the last search
     instead of rebuilding them; after every few pages they must equal what a rebuild gives."""

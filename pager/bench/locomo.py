@@ -227,8 +227,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                                          else spans.get(t, []))[0]  # noqa: B023
                 outcome.fact_tokens = ctx.tokens["facts"]
                 outcome.summary_tokens = ctx.tokens.get("summaries", 0)
-                spans = [session.summaries.items[n - 1].turns for n in ctx.summaries]
-                outcome.summary_span = sum(any(a <= t <= b for a, b in spans) for t in evidence) / len(evidence)
+                ranges = [session.summaries.items[n - 1].turns for n in ctx.summaries]
+                outcome.summary_span = sum(any(a <= t <= b for a, b in ranges) for t in evidence) / len(evidence)
             tallies["pager"].outcomes.append(outcome)
             if base is not None:
                 for system in ("recent", "bm25", "vector"):

@@ -16,12 +16,20 @@ full-text query, both filtered to the session (`reference_query_ms`; queries emb
 beforehand, so the reference pays no embedding and the ratio does not flatter pager), and for
 ingest the same turns embedded with the configured embedder and appended in batches of 1,000
 with no journal (`reference_append_turns_per_s`). `paging_ratio` = paging p95 / reference p95;
-`ingest_ratio` = durable ingest rate / reference rate.
+`ingest_ratio` = durable ingest rate / reference rate. On a shared machine wall time includes
+waiting for a core, so paging and the reference queries are timed in CPU time of the process as
+well (`paging_cpu_ms`, `reference_query_cpu_ms`: LanceDB's own threads count too), and
+`paging_cpu_ratio` is their p95 ratio.
+
+The cost of the memory tiers is measured in the same run too: the measured session is given
+recorded-style facts, a working state and summaries, and each question is assembled with them and without
+them (`paging_with_tiers_ms`, `paging_without_tiers_ms`, `tiers_paging_ratio` of their p95s).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -127,6 +135,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     config = Config.load(home=home_path, session="measured", user="u0", db=db or str(home_path / "db"))
     measured_pages = measured_pages or max(200, min(10_000, pages // 10))
     tokenizer = get_tokenizer(config.encoding)
+    load_before = os.getloadavg()[0]   # the machine's load, for reading the milliseconds (the ratios hold up better)
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress, transient=True) as bar:
@@ -168,14 +177,16 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
                     for i in range(queries)]
             bar.stop()  # the progress display's refresh thread would compete for the GIL while timing
-            paging, searching = [], []
+            paging, paging_cpu, searching = [], [], []
             for q in asks:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 build(session, q, prefix="You are a helpful assistant.", budget=8192)
                 paging.append((time.perf_counter() - t0) * 1000)
+                paging_cpu.append((time.process_time() - c0) * 1000)
                 t0 = time.perf_counter()
                 session.search(q, k=5)
                 searching.append((time.perf_counter() - t0) * 1000)
+            tiers = _tier_costs(session, asks, base_turns + ingest_turns)
             bar.start()
             session_pages = len(session.pages)
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -192,12 +203,14 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     ingest_rate = ingest_turns / ingest_s
     return {
         "pages": total_pages,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "sessions": sessions + 1,
         "measured_session_pages": session_pages,
         "build_s": round(built_s, 1),
         "open_session_s": round(open_s, 3),
         "ingest_turns_per_s": round(ingest_turns / ingest_s, 1),
         "paging_ms": _percentiles(paging),
+        "paging_cpu_ms": _percentiles(paging_cpu),
         "search_ms": _percentiles(searching),
         "cold_search_s": round(cold_s, 3),
         "rss_mb": round(rss_mb, 1),
@@ -206,12 +219,69 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "lance_files": stats["files"],
         "lance_versions": stats["versions"],
         "reference_query_ms": reference["query_ms"],
+        "reference_query_cpu_ms": reference["query_cpu_ms"],
         "reference_vector_ms": reference["vector_ms"],
         "reference_fts_ms": reference["fts_ms"],
         "reference_append_turns_per_s": round(reference["append_turns_per_s"], 1),
         "paging_ratio": round(float(np.percentile(paging, 95)) / max(reference["query_ms"]["p95"], 1e-9), 3),
+        **tiers,
         "ingest_ratio": round(ingest_rate / reference["append_turns_per_s"], 3),
+        # the same ratio in CPU time (every thread of the process): on a shared machine, wall time is
+        # also the time spent waiting for a core, which the ratio above does not separate out
+        "paging_cpu_ratio": round(float(np.percentile(paging_cpu, 95)) / max(reference["query_cpu_ms"]["p95"], 1e-9), 3),
     }
+
+
+def _tier_costs(session, asks: list[str], turns: int) -> dict:
+    """Paging + assembly with the memory tiers present against without, in the same run on the same
+    questions: the measured session gets recorded-style facts (one per 10 turns, some superseding
+    older ones on their subject, as a memory model writes them), a working state of 12 keys, and
+    episode summaries (one per 50 turns) with a rolling one; then each question is assembled with
+    the tiers and without them (the session's facts, state and summaries set aside), in alternating
+    order so neither side always follows the other."""
+    from ..facts import Draft, Facts
+    from ..state import State
+    from ..summaries import Draft as SummaryDraft, Summaries
+
+    rng = np.random.default_rng(23)
+    count = max(1, turns // 10)
+    drafts = []
+    for _ in range(count):
+        name, thing = NAMES[int(rng.integers(len(NAMES)))], WORDS[20 + int(rng.integers(len(WORDS) - 20))]
+        drafts.append(Draft(f"{name.lower()} {thing}", f"{name}'s {thing} is {int(rng.integers(1, 5000))} since "
+                                                       f"{int(rng.integers(1, 28))} {MONTHS[int(rng.integers(12))]}",
+                            (int(rng.integers(1, turns + 1)),)))
+    session.add_facts(drafts, "recorded")
+    episodes = []   # an episode summary per 50 turns, and the rolling one, as a summarizer writes them
+    for first in range(1, turns + 1, 50):
+        who = [NAMES[int(rng.integers(len(NAMES)))] for _ in range(3)]
+        what = [WORDS[20 + int(rng.integers(len(WORDS) - 20))] for _ in range(6)]
+        episodes.append(SummaryDraft("episode", f"episode {first // 50 + 1}",
+                                     f"{who[0]} and {who[1]} talked about the {what[0]} and the {what[1]}; {who[2]} "
+                                     f"decided to {what[2]} the {what[3]} by {int(rng.integers(1, 28))} "
+                                     f"{MONTHS[int(rng.integers(12))]}, and asked about the {what[4]} {what[5]}.",
+                                     (first, min(turns, first + 49))))
+    episodes.append(SummaryDraft("rolling", "rolling", "So far: " + " ".join(d.text for d in episodes[-3:]), (1, turns)))
+    session.add_summaries(episodes, "recorded")
+    for i in range(12):
+        session.set_state(f"{WORDS[40 + i]}_{i}", f"{NAMES[i % len(NAMES)]} owns the {WORDS[60 + i]} until {i + 1} May")
+    tiered, bare = (session.facts, session.state, session.summaries), (Facts(), State(), Summaries())
+    with_tiers: list[float] = []
+    without: list[float] = []
+    shown: list = []
+    for i, q in enumerate(asks):
+        for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
+            session.facts, session.state, session.summaries = tiers
+            t0 = time.perf_counter()
+            ctx = build(session, q, prefix="You are a helpful assistant.", budget=8192)
+            (with_tiers if tiers is tiered else without).append((time.perf_counter() - t0) * 1000)
+            if tiers is tiered:
+                shown.append(len(ctx.facts))
+    session.facts, session.state, session.summaries = tiered
+    return {"tiers": {"facts": len(session.facts), "state_keys": len(session.state.current),
+                      "summaries": len(session.summaries), "facts_shown_mean": round(float(np.mean(shown)), 1)},
+            "paging_with_tiers_ms": _percentiles(with_tiers), "paging_without_tiers_ms": _percentiles(without),
+            "tiers_paging_ratio": round(float(np.percentile(with_tiers, 95)) / max(float(np.percentile(without, 95)), 1e-9), 3)}
 
 
 def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
@@ -235,9 +305,9 @@ def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
     pages.create_fts_index("text", replace=True)
     where = (col("user") == lit("u0")) & (col("session") == lit("measured"))
     vectors = embedder.embed(asks)
-    vector_ms, fts_ms, both = [], [], []
+    vector_ms, fts_ms, both, cpu = [], [], [], []
     for q, v in zip(asks, vectors):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pages.search(v.tolist(), vector_column_name="vector").metric("cosine").where(where, prefilter=True) \
             .select(["n", "text"]).limit(8).to_list()
         t1 = time.perf_counter()
@@ -246,6 +316,7 @@ def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
         vector_ms.append((t1 - t0) * 1000)
         fts_ms.append((t2 - t1) * 1000)
         both.append((t2 - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
     schema = pa.schema([("user", pa.string()), ("session", pa.string()), ("turn", pa.int64()), ("text", pa.string()),
                         ("vector", pa.list_(pa.float32(), store.dim))])
     table = store.db.create_table("reference_turns", schema=schema)
@@ -257,7 +328,7 @@ def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
                                          "vector": embedded[j].tolist()} for j, t in enumerate(batch)], schema=schema))
     append_s = time.perf_counter() - t0
     store.db.drop_table("reference_turns")
-    return {"query_ms": _percentiles(both), "vector_ms": _percentiles(vector_ms), "fts_ms": _percentiles(fts_ms),
+    return {"query_ms": _percentiles(both), "query_cpu_ms": _percentiles(cpu), "vector_ms": _percentiles(vector_ms), "fts_ms": _percentiles(fts_ms),
             "append_turns_per_s": len(texts) / append_s}
 
 
