@@ -418,6 +418,16 @@ def test_hostile_session_names_are_refused_or_contained(keyed):
         r = b.post("/v1/chat/completions", headers={"X-Pager-Session": ""},
                    json={"model": "offline", "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 400
+        # a "/" would make a session no REST route reaches (/sessions/{name} is one segment): refused, rule named
+        for how in ({"headers": {"X-Pager-Session": "../../etc/passwd"}}, {"json_user": "org/team"}):
+            body = {"model": "offline", "messages": [{"role": "user", "content": "hi"}]}
+            if "json_user" in how:
+                body["user"] = how["json_user"]
+            r = b.post("/v1/chat/completions", headers=how.get("headers", {}), json=body)
+            assert r.status_code == 400, how
+            error = r.json()["error"]
+            assert '"/"' in error["message"] and error["type"] == "invalid_request_error", error
+        assert not any("/" in row["session"] for row in b.get("/sessions").json()["data"])
     home = keyed.config.home
     assert not any(p.name.startswith("..") for p in home.rglob("*"))   # names never become paths
 
