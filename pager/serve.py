@@ -272,19 +272,23 @@ class Server:
         query = request.query_params.get("q", "")
         if not query.strip():
             raise RequestError("search needs a query: ?q=words", param="q")
-        try:
-            k = max(1, min(int(request.query_params.get("k", 8)), self.limits.search_k))
-        except ValueError:
-            raise RequestError("k must be a number", param="k") from None
+        raw_k = request.query_params.get("k", "8")
+        if not raw_k.strip().isdigit() or not 1 <= int(raw_k) <= self.limits.search_k:
+            raise RequestError(f"k={raw_k!r}: k is how many pages, a whole number from 1 to {self.limits.search_k}",
+                               param="k")
+        k = int(raw_k)
 
         def run(s):
-            hits = s.search(query, k=k, record=False)
-            return [{"page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
-                     "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
-                     "snippet": s.render.snippet(h)} for h in hits]
+            from .views import tier_hits
 
-        rows = await self.engine.run(self._existing, tenant, name, run)
-        return JSONResponse({"session": name, "query": query, "results": rows})
+            hits = s.search(query, k=k, record=False)
+            return [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals,
+                     "date": s.render.page_dates(h.n), "resident": s.table[h.n].resident,
+                     "bookmarks": s.directory.keywords(h.n)[:5], "snippet": s.render.snippet(h)} for h in hits
+                    ], tier_hits(s, query, k)
+
+        rows, tiers = await self.engine.run(self._existing, tenant, name, run)
+        return JSONResponse({"session": name, "query": query, "results": rows, "tiers": tiers})
 
     async def turns(self, request, tenant: str, facts: dict):
         """The session's turns after `after`, at most `limit` (1000), oldest first."""
@@ -371,7 +375,9 @@ class Server:
             body = await _json(request, self.limits.body_bytes)
             value = body.get("value") if isinstance(body, dict) else None
             if not isinstance(value, str):
-                raise RequestError('the body must be {"value": "…"}', param="value")
+                got = "no value" if value is None else f"a {type(value).__name__}"
+                raise RequestError(f'the value must be a string (got {got}): send {{"value": "…"}}, e.g. '
+                                   '{"value": "5"}', param="value")
             key, value = check(raw_key, value)
             tool, arguments = "state_set", {"key": key, "value": value}
         else:

@@ -754,6 +754,19 @@ def test_an_idle_session_is_closed_when_its_time_is_up(tmp_path):
 
 
 # -- the memory tiers over REST ------------------------------------------------------------------------------
+def test_rest_search_marks_each_hit_kind_with_the_tiers_and_refuses_a_bad_k(open_server):
+    with open_server.http() as http:
+        http.post("/sessions/kinds/turns", json={"messages": [{"role": "user", "content": "the locker is by the gym"}]})
+        assert http.put("/sessions/kinds/state/locker code", json={"value": "3141"}).status_code == 200
+        body = http.get("/sessions/kinds/search", params={"q": "locker"}).json()
+        assert body["results"] and {r["kind"] for r in body["results"]} == {"page"}, body
+        assert any(t["kind"] == "state" and t["key"] == "locker code" and t["text"] == "3141" for t in body["tiers"])
+        for k in ("-5", "0", "100000", "two", "1.5"):
+            r = http.get("/sessions/kinds/search", params={"q": "locker", "k": k})
+            assert r.status_code == 400, k
+            assert r.json()["error"]["param"] == "k" and "whole number" in r.json()["error"]["message"]
+
+
 def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
     from pager.facts import Draft
 
@@ -770,7 +783,8 @@ def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
         assert a.get("/sessions/tiers/state").json()["state"] == {}
         r = a.delete("/sessions/tiers/state/home city")
         assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
-        assert a.put("/sessions/tiers/state/city", json={"value": 3}).status_code == 400
+        r = a.put("/sessions/tiers/state/city", json={"value": 3})
+        assert r.status_code == 400 and "must be a string" in r.json()["error"]["message"], r.text
         assert a.put("/sessions/tiers/state/city", json={"value": "x" * 500}).status_code == 400
         engine = keyed.server.engine
         engine.call(lambda: engine.open("acme", "tiers").add_facts(
