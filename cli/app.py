@@ -387,18 +387,35 @@ def check(
     ctx: typer.Context,
     session: Optional[str] = typer.Option(None, "--session", "-s", help="the session to check"),
 ) -> None:
-    """fsck for memory: every turn numbered once, on exactly one page or the open tail (read-only)."""
+    """fsck for memory: every turn numbered once, on exactly one page or the open tail (read-only).
+
+    With no --session (nor PAGER_SESSION), every session of the home, of every user."""
+    import os
+
     from pager.fsck import check as run_check
 
     config = load_config(ctx, session=session)
+    every = session is None and not os.environ.get("PAGER_SESSION")
     with open_home(config, read_only=True) as home:
-        require(home, config.user, config.session)
-        report = run_check(home, config.user, config.session)
-    typer.echo(f"session {report.session!r}: {report.turns} turns, {report.pages} pages, "
-               f"{report.tail_turns} turn(s) in the open tail: " + ("ok" if report.ok else "PROBLEMS"))
-    for problem in report.problems:
-        typer.echo(f"  {problem}")
-    if not report.ok:
+        if every:
+            targets = [(r["user"], r["session"]) for r in session_rows(home)]
+            if not targets:
+                typer.echo(f"no sessions in {home.path}: nothing to check")
+                return
+        else:
+            require(home, config.user, config.session)
+            targets = [(config.user, config.session)]
+        reports = [(user, run_check(home, user, name)) for user, name in targets]
+    for user, report in reports:
+        # the open tail is a page (DESIGN.md: "the session's open tail page"), counted as `pager inspect` does
+        pages = report.pages + (1 if report.tail_turns else 0)
+        tail = f" (the last the open tail, {report.tail_turns} turn(s))" if report.tail_turns else ""
+        of_user = f" of user {user!r}" if every and user else ""
+        typer.echo(f"session {report.session!r}{of_user}: {report.turns} turns, {pages} pages{tail}: "
+                   + ("ok" if report.ok else "PROBLEMS"))
+        for problem in report.problems:
+            typer.echo(f"  {problem}")
+    if not all(report.ok for _, report in reports):
         raise typer.Exit(1)
 
 

@@ -161,3 +161,21 @@ def test_a_folder_given_as_a_trace_is_one_line(tmp_path):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and "is a folder" in result.output, result.output
         assert "Traceback" not in result.output
+
+
+def test_bare_check_checks_every_session_and_counts_pages_as_inspect_does(tmp_path):
+    data = tmp_path / "conv.jsonl"
+    data.write_text("".join(json.dumps({"speaker": "ann", "text": f"line {i} about topic {i % 5}"}) + "\n"
+                            for i in range(61)))
+    home = str(tmp_path / "h")
+    env = {"PAGER_EMBEDDER": "hash"}
+    assert runner.invoke(app, ["--home", home, "ingest", str(data), "-s", "one"], env=env).exit_code == 0
+    assert runner.invoke(app, ["--home", home, "ingest", str(data), "-s", "two"], env=env | {"PAGER_USER": "acme"}
+                         ).exit_code == 0
+    result = runner.invoke(app, ["--home", home, "check"], env=env)   # no session named: the whole home
+    assert result.exit_code == 0, result.output
+    assert "session 'one'" in result.output and "session 'two' of user 'acme'" in result.output, result.output
+    line = next(x for x in result.output.splitlines() if "session 'one'" in x)
+    assert "open tail" in line and line.endswith("ok"), line
+    pages = json.loads(runner.invoke(app, ["--home", home, "inspect", "-s", "one", "--json"], env=env).output)["pages"]
+    assert f"61 turns, {pages} pages" in line, (line, pages)   # the open tail is a page in both
