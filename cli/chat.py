@@ -244,6 +244,11 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             session.set_policy(arg)
             console.print(f"policy {session.policy.name}")
         elif name == "/state":
+            if arg and not session.state.history(arg):   # as REST's 404 says: one line, and the keys there are
+                keys = sorted(session.state.current)
+                console.print(f"the state has no key {arg!r}; " + (f"its keys: {', '.join(keys)}" if keys else
+                              "it is empty (say \"my KEY is VALUE\" to set one)"), highlight=False, markup=False)
+                return None
             console.print(views.state_table(session, arg))
         elif name == "/facts":
             console.print(views.facts_table(session, arg))

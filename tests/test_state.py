@@ -151,7 +151,7 @@ def test_the_offline_shell_keeps_stated_values_and_answers_from_the_state_and_it
     home = tmp_path / "h"
     script = ("My home city is Paris.\nRemember: the project deadline is 14 March\n"
               + "".join(f"Small talk number {i} about the weather and lunch.\n" for i in range(40))
-              + "My home city is now Berlin.\n/state\n/state home city\nWhat is my home city?\n"
+              + "My home city is now Berlin.\n/state never set\n/state\n/state home city\nWhat is my home city?\n"
               "What was my home city before?\n/quit\n")
     result = CliRunner().invoke(app, ["--home", str(home), "chat", "-s", "moves", "--budget", "2048"], input=script,
                                 env={"PAGER_EMBEDDER": "hash"})
@@ -161,6 +161,7 @@ def test_the_offline_shell_keeps_stated_values_and_answers_from_the_state_and_it
     now, before = output.split("you> What is my home city?")[-1].split("you> What was my home city before?")
     assert "From the state" in now and "Berlin" in now and "Paris" not in now
     assert "home city: Berlin" in before and "before: Paris (p1, change 1)" in before
+    assert "the state has no key 'never set'; its keys: home city, project deadline" in output
     table = result.output.split("/state home city")[-1].split("What is my")[0]
     assert "Paris" in table and "Berlin" in table
     trace = next((home / "traces").glob("moves-*.jsonl"))
