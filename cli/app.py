@@ -175,8 +175,9 @@ def ingest(
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())
     elapsed = time.perf_counter() - started
-    typer.echo(f"ingested {total} lines into {len(groups)} session(s) in {elapsed:.2f}s "
-               f"({total / max(elapsed, 1e-9):,.0f} lines/s)")
+    # a rate over under a second or a handful of lines says more about start-up than about ingest
+    rate = f" ({total / elapsed:,.0f} lines/s)" if elapsed >= 1 and total >= 10 else ""
+    typer.echo(f"ingested {total} lines into {len(groups)} session(s) in {elapsed:.2f}s{rate}")
 
 
 def _write_bookmarks(s) -> None:

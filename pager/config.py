@@ -104,7 +104,7 @@ class Config:
         if self.budget < 2 * self.page_tokens + CHAT_FLOOR:
             raise ConfigError(
                 f"budget {self.budget} cannot hold a prompt, a memory map, the open page and one page of memory "
-                f"({self.page_tokens} tokens each) and a message; raise --budget to at least "
+                f"({self.page_tokens} tokens each) and a message; raise --budget (or PAGER_BUDGET) to at least "
                 f"{2 * self.page_tokens + CHAT_FLOOR}"
             )
         if not 0 < self.autopage_share <= 1:

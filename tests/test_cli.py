@@ -179,3 +179,14 @@ def test_bare_check_checks_every_session_and_counts_pages_as_inspect_does(tmp_pa
     assert "open tail" in line and line.endswith("ok"), line
     pages = json.loads(runner.invoke(app, ["--home", home, "inspect", "-s", "one", "--json"], env=env).output)["pages"]
     assert f"61 turns, {pages} pages" in line, (line, pages)   # the open tail is a page in both
+
+
+def test_a_budget_from_the_environment_is_named_and_one_line_gets_no_rate(tmp_path):
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"speaker": "ann", "text": "hello there"}) + "\n")
+    home = str(tmp_path / "h")
+    result = runner.invoke(app, ["--home", home, "ingest", str(data)], env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 0 and "ingested 1 lines" in result.output, result.output
+    assert "lines/s" not in result.output   # one line's rate would be start-up time, not ingest speed
+    result = runner.invoke(app, ["--home", home, "search", "hello"], env={"PAGER_EMBEDDER": "hash", "PAGER_BUDGET": "-5"})
+    assert result.exit_code != 0 and "PAGER_BUDGET" in result.output and "Traceback" not in result.output, result.output
