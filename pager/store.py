@@ -221,7 +221,7 @@ class LanceStore:
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
             self.db = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
         self._tables: dict = {}
         try:
             self._open_or_create()
@@ -229,7 +229,7 @@ class LanceStore:
             raise
         except (OSError, RuntimeError, ValueError) as exc:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
-            raise StoreError(f"cannot open the store at {uri}: {_first_line(exc)}; {_settings_hint(uri)}") from exc
+            raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -657,6 +657,23 @@ def _settings_hint(uri: str) -> str:
         hint += (", and for s3+ddb:// PAGER_DYNAMODB_ENDPOINT and the DynamoDB table named by ddbTableName, made with "
                  "hash key base_uri (string) and range key version (number)")
     return hint
+
+
+def _open_failure(exc: Exception) -> str:
+    """What went wrong opening a store, in words, for the failures object storage has (LanceDB's own text
+    is a nested Rust debug dump that buries them)."""
+    import re
+
+    text = str(exc)
+    bucket = re.search(r"<BucketName>([^<]+)</BucketName>", text)
+    if "NoSuchBucket" in text:
+        return f"the bucket {bucket.group(1) if bucket else ''!r} does not exist (create it or name another)"
+    if re.search(r"ConnectionRefused|tcp connect error|dns error|kind: Connect\b|timed out", text):
+        where = re.search(r"uri: Some\((\w+://[^/)]+)", text)
+        return f"the endpoint {where.group(1) if where else ''} cannot be reached".replace("  ", " ")
+    if re.search(r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|status: 403", text):
+        return "the credentials were refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+    return _first_line(exc)
 
 
 def _first_line(exc: Exception) -> str:

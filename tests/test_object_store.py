@@ -46,6 +46,17 @@ def test_an_unreachable_object_store_is_one_line_naming_the_settings(tmp_path, s
                            env=env)
     assert result.exit_code == 1
     assert "PAGER_S3_ENDPOINT" in result.output and "Traceback" not in result.output
+    assert "http://127.0.0.1:9 cannot be reached" in result.output and "RetryError" not in result.output
+
+
+def test_a_missing_bucket_is_one_line_saying_so(tmp_path, s3):
+    env, _ = s3
+    env = {**env, "PAGER_EMBEDDER": "hash"}
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "--db", "s3://nobucket/x", "inspect", "--json"],
+                           env=env)
+    assert result.exit_code == 1
+    assert "the bucket 'nobucket' does not exist" in result.output and "PAGER_DB" in result.output, result.output
+    assert "RetryError" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
 def test_an_s3_ddb_store_commits_through_its_dynamodb_table(tmp_path, s3ddb):
