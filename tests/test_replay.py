@@ -123,6 +123,19 @@ def test_trace_show_step_and_html(tmp_path):
     assert result.exit_code != 0 and "fewer than 99 model calls" in result.output
 
 
+def test_a_bundled_trace_shows_every_lane_of_the_timeline(tmp_path):
+    """Each tier's lane can be seen from something bundled: state and facts from memory_model_updates,
+    summaries from episode_summaries (written by the extractive producer through the session)."""
+    for name, lanes in (("memory_model_updates", ("state", "facts")), ("episode_summaries", ("summaries",))):
+        html = tmp_path / f"{name}.html"
+        result = runner.invoke(app, ["trace", "show", str(ROOT / "traces" / f"{name}.jsonl"), "--html", str(html)])
+        assert result.exit_code == 0, result.output
+        for lane in lanes:
+            assert f'data-lane="{lane}"' in html.read_text(), (name, lane)
+    kinds = [json.loads(line)["kind"] for line in (ROOT / "traces" / "episode_summaries.jsonl").read_text().splitlines()]
+    assert kinds.count("summaries_written") == 1 and kinds.count("summary") >= 2
+
+
 def test_a_trace_cut_by_a_crash_is_still_readable(tmp_path):
     lines = (ROOT / "traces" / "pinned_fact_survives.jsonl").read_text().splitlines()
     cut = tmp_path / "cut.jsonl"

@@ -137,11 +137,31 @@ def make(folder: Path) -> dict[str, dict]:
         "set and unset. Memory model: a script (no LLM); replies: the offline memory shell. Replay feeds "
         "the recorded answers back (facts_written, state_written) and calls no model.",
         writer=MemoryWriter(HandlerModel(ScriptedMemory(), "pager/script-memory"), 2))
+    out["episode_summaries"] = episode_summaries(folder, talk)
     out["demo"] = record(
         HERE / "demo_trace.jsonl", talk, [q for q, _ in QUESTIONS], Config(budget=2048, session="demo"),
         "The demo's session: the bundled conversation under a 2048-token budget and the six demo questions. "
         "Replies: the offline memory shell (no LLM).")
     return out
+
+
+def episode_summaries(folder: Path, talk: list[dict]) -> dict:
+    """The summaries tier: written through the session's own API by the extractive producer (no model),
+    so the trace holds its `summaries_written` answer and one `summary` event per summary."""
+
+    def summarize(session, agent) -> None:
+        from ..summaries import Extractive
+
+        session.summarize(Extractive())   # what `pager summarize` does
+
+    return record(
+        Path(folder) / "episode_summaries.jsonl", talk[:160],
+        ["What happened in the first weeks?", "Who is Sam?"], Config(budget=2048, session="summaries"),
+        "The summaries tier: 160 turns (the first weekly check-ins), then the extractive producer (no "
+        "model: the most central sentences, verbatim) writes one summary per episode and a rolling one, "
+        "each a `summary` event (the timeline's summaries lane); then two questions. Replay feeds the "
+        "recorded answer back (summaries_written) and runs no producer. "
+        "Replies: the offline memory shell (no LLM).", setup=summarize)
 
 
 if __name__ == "__main__":
