@@ -390,6 +390,13 @@ def test_a_key_reaches_only_its_tenant(keyed):
         r = b.get("/sessions/secret/search", params={"q": "acme password"})
         assert r.status_code == 200 and "tulip77" not in r.text
         for name in HOSTILE:
+            if "/" in name:   # refused on /v1 as no REST route could reach it (test_hostile_session_names_…)
+                import openai
+
+                with pytest.raises(openai.BadRequestError):
+                    keyed.openai(keyed.key_b).chat.completions.create(
+                        model="offline", user=name, messages=[{"role": "user", "content": "What is the password?"}])
+                continue
             reply = keyed.openai(keyed.key_b).chat.completions.create(
                 model="offline", user=name, messages=[{"role": "user", "content": "What is the password?"}])
             assert "tulip77" not in reply.choices[0].message.content
