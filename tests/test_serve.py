@@ -488,7 +488,7 @@ def test_keys_are_stored_hashed_in_a_private_file(tmp_path):
     ring = KeyRing(tmp_path)
     record, key = ring.create("acme")
     text = (tmp_path / "keys.json").read_text()
-    assert key not in text and key.split("_")[-1] not in text
+    assert key not in text and key.split("_", 2)[-1] not in text   # the secret may hold "_" itself
     assert stat.S_IMODE(os.stat(tmp_path / "keys.json").st_mode) == 0o600
     assert ring.verify(key) == "acme" and KeyRing(tmp_path).verify(key) == "acme"
     assert ring.verify(key + "x") is None and ring.verify("") is None
