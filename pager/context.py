@@ -127,7 +127,8 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     ranked = rank_facts(session, message) if frames >= 3 else []
     slabs = len(pack_slabs(session, ranked, max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))))
     room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count() - slabs) if frames >= 3 else 0
-    summaries, shown_summaries, summary_frames = pack_summaries(session, message, room)
+    summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
+    summary_frames = -(-summary_tokens // session.page_tokens)
     session.resize(frames - slabs - summary_frames)
     hits = session.autopage(message) if autopage and message else []
     resident = set(session.resident())  # a fact whose pages are all shown adds nothing: the next one goes in
@@ -135,8 +136,12 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     if len(packed) < slabs:  # fewer facts were new than frames set aside: the rest go back to pages
         session.resize(frames - len(packed) - summary_frames)
         hits = session.autopage(message) if autopage and message else []
+    texts = [slab_text(slab) for slab in packed]
+    known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
+    if summaries:
+        known[summaries] = summary_tokens
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                   state, [slab_text(slab) for slab in packed], summaries)
+                   state, texts, summaries, known)
     ctx.facts = [f.n for slab in packed for f, _ in slab]
     ctx.summaries = shown_summaries
     return ctx
@@ -146,7 +151,7 @@ SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they
 
 
 def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, list[int], int]:
-    """(block, summary numbers, frames it takes): the episode summaries the message is about, best
+    """(block, summary numbers, its tokens with the separator after it): the episode summaries the message is about, best
     first, in at most `frames` whole frames (block and separator counted exactly). A summary longer
     than the room left is cut to it when it is the first; later ones that do not fit are passed over."""
     if frames <= 0 or not session.summaries.episodes() or not message.strip():
@@ -175,14 +180,14 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
         lines.append(line)
         shown.append(s.n)
         used += cost(line + "\n")
-    block = "\n".join([SUMMARIES_TITLE, *lines])
-    while lines and count(block + SEPARATOR) > capacity:   # by construction this does not happen
+    tokens = block_tokens(session, SUMMARIES_TITLE, lines)
+    while lines and tokens > capacity:   # by construction this does not happen
         lines.pop()
         shown.pop()
-        block = "\n".join([SUMMARIES_TITLE, *lines])
+        tokens = block_tokens(session, SUMMARIES_TITLE, lines)
     if not lines:
         return "", [], 0
-    return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
+    return "\n".join([SUMMARIES_TITLE, *lines]), shown, tokens
 
 
 FACTS_TITLE = "[facts]"
@@ -210,6 +215,17 @@ def slab_text(slab: list[tuple]) -> str:
     return "\n".join([FACTS_TITLE] + [line for _, line in slab])
 
 
+def block_tokens(session: Session, title: str, lines: list[str]) -> int:
+    """Exact tokens of a block of lines under its title, with the separator after it, from cached
+    per-line counts (Renderer.list_tokens): a slab or the summaries block costs the tokenizer only
+    for lines it has not seen."""
+    return session.render.list_tokens(title, lines, SEPARATOR)
+
+
+def slab_tokens(session: Session, slab: list[tuple]) -> int:
+    return block_tokens(session, FACTS_TITLE, [line for _, line in slab])
+
+
 def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
     """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
     separator counted exactly); the empty slabs are not returned."""
@@ -224,27 +240,30 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
                 used[b] += cost
                 break
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
-        while slab and count(slab_text(slab) + SEPARATOR) > limit:
+        while slab and slab_tokens(session, slab) > limit:
             slab.pop()
     return [slab for slab in bins if slab]
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] | None = None, summaries: str = "") -> Context:
+             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
     block always starts with "[" and a separator is "\n\n", and in the tiktoken encodings pager uses
     a pre-token never runs from newlines into a following "[" or "#" (the property test recounts the
     whole prompt to hold this), so the sum is the exact count of the joined text while each block's
-    count is computed once per page, not once per turn.
+    count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
+    the separator), as the fact slabs and the summaries are while they are packed.
     """
     count = session.tokenizer.count
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
     blocks: list[str] = ([state] if state else []) + ([summaries] if summaries else []) + list(slabs or [])
-    costs: list[int] = [count(block + SEPARATOR) for block in blocks]
+    known = known or {}
+    costs: list[int] = [known[block] if block in known else session.render.line_tokens(block + SEPARATOR)
+                        for block in blocks]   # the state block is the same turn after turn: its count is cached
     fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
@@ -406,7 +425,12 @@ def rolling_line(session: Session, room: int) -> str:
     rolling = session.summaries.rolling
     if rolling is None or room < 2 * ROLLING_MIN:
         return ""
-    line = session.tokenizer.fit(f"so far ({rolling.id}, {rolling.span}): {rolling.text}", room // 2)
+    text = f"so far ({rolling.id}, {rolling.span}): {rolling.text}"
+    held = session.render.rolling_line
+    if held and held[0] == (text, room // 2):   # the map asks for the same line turn after turn
+        return held[1]
+    line = session.tokenizer.fit(text, room // 2)
     while line and session.tokenizer.count("\n" + line) > room // 2:
         line = line[:-1]
-    return "\n" + line if line else ""
+    session.render.rolling_line = ((text, room // 2), "\n" + line if line else "")
+    return session.render.rolling_line[1]
