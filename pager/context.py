@@ -95,7 +95,7 @@ def size_frames(session: Session, message: str = "", prefix: str = "", scratch_t
     else:
         map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
     state = render_state(session, state_cap(session, memory_budget, map_reserve, 2 if two_frames >= floor else 1))
-    state_tokens = count(state + SEPARATOR) if state else 0
+    state_tokens = session.render.line_tokens(state + SEPARATOR) if state else 0   # the same block turn after turn
     return (memory_budget - map_reserve - state_tokens) // session.page_tokens, map_reserve, fixed
 
 
@@ -231,7 +231,7 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
     separator counted exactly); the empty slabs are not returned."""
     count, limit = session.tokenizer.count, session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
-    used = [count(FACTS_TITLE + SEPARATOR)] * slabs
+    used = [session.render.line_tokens(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
         cost = session.render.line_tokens(item[1]) + 1
         for b in range(slabs):
@@ -349,7 +349,7 @@ def _fit_state(count, title: str, lines: list[str], cap: int) -> str:
 def render_map(session: Session, reserve: int, focus: list[int]) -> str:
     """The memory map, cut to `reserve` tokens: usage, pressure, and bookmarks of pages on disk."""
     cfg = session.home.config
-    count = session.tokenizer.count
+    count = session.render.line_tokens   # the map's head is the same text turn after turn: its counts are cached
     used, frames = session.frames.used(), session.frames.count
     pressure = used / frames if frames else 1.0
     notice = ""
@@ -390,7 +390,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         lines.append(line)
         budget -= cost
     full = text + ("\n" + "\n".join(lines) if lines else "")
-    while lines and count(full) > reserve:
+    while lines and session.tokenizer.count(full) > reserve:
         lines.pop()
         full = text + ("\n" + "\n".join(lines) if lines else "")
     return full
