@@ -154,7 +154,7 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
     """(block, summary numbers, its tokens with the separator after it): the episode summaries the message is about, best
     first, in at most `frames` whole frames (block and separator counted exactly). A summary longer
     than the room left is cut to it when it is the first; later ones that do not fit are passed over."""
-    if frames <= 0 or not session.summaries.episodes() or not message.strip():
+    if frames <= 0 or not message.strip() or not any(s.kind == "episode" for s in session.summaries.current.values()):
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
     cost = session.render.line_tokens
@@ -427,10 +427,11 @@ def rolling_line(session: Session, room: int) -> str:
         return ""
     text = f"so far ({rolling.id}, {rolling.span}): {rolling.text}"
     held = session.render.rolling_line
-    if held and held[0] == (text, room // 2):   # the map asks for the same line turn after turn
-        return held[1]
-    line = session.tokenizer.fit(text, room // 2)
-    while line and session.tokenizer.count("\n" + line) > room // 2:
-        line = line[:-1]
-    session.render.rolling_line = ((text, room // 2), "\n" + line if line else "")
-    return session.render.rolling_line[1]
+    if not held or held[0] != text:   # the map asks for the same line turn after turn, in a few sizes
+        held = session.render.rolling_line = (text, {})
+    if room // 2 not in held[1]:
+        line = session.tokenizer.fit(text, room // 2)
+        while line and session.tokenizer.count("\n" + line) > room // 2:
+            line = line[:-1]
+        held[1][room // 2] = "\n" + line if line else ""
+    return held[1][room // 2]

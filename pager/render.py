@@ -30,7 +30,7 @@ class Renderer:
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
-        self.rolling_line: tuple | None = None   # ((summary line, room), the map's line): context.rolling_line
+        self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
 
     def body(self, n: int, hide_turn: int = 0) -> str | None:
         """Text of page n as the model sees it; the current message is shown once, as the message."""
