@@ -151,9 +151,10 @@ SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they
 
 
 def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, list[int], int]:
-    """(block, summary numbers, its tokens with the separator after it): the episode summaries the message is about, best
-    first, in at most `frames` whole frames (block and separator counted exactly). A summary longer
-    than the room left is cut to it when it is the first; later ones that do not fit are passed over."""
+    """(block, summary numbers, its tokens with the separator after it): the episode summaries the
+    message is about, best first, in at most `frames` whole frames (block and separator counted
+    exactly). A summary longer than the room left is cut to it when it is the first; later ones that
+    do not fit are passed over."""
     if frames <= 0 or not message.strip() or not any(s.kind == "episode" for s in session.summaries.current.values()):
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
@@ -229,7 +230,7 @@ def slab_tokens(session: Session, slab: list[tuple]) -> int:
 def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
     """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
     separator counted exactly); the empty slabs are not returned."""
-    count, limit = session.tokenizer.count, session.page_tokens
+    limit = session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:

@@ -91,7 +91,7 @@ class Tally:
             "mean_tokens": round(_mean([o.tokens for o in self.outcomes]), 1),
             "p50_ms": round(_percentile(ms, 50), 3),
             "p95_ms": round(_percentile(ms, 95), 3),
-            **({"p95_cpu_ms": round(_percentile(sorted(o.cpu_ms for o in self.outcomes), 95), 3)}
+            **({"p95_cpu_ms": round(_percentile(sorted(o.cpu_ms or 0.0 for o in self.outcomes), 95), 3)}
                if self.outcomes and self.outcomes[0].cpu_ms is not None else {}),
             "by_category": by_cat,
         }
