@@ -39,7 +39,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import Config
 from .embed import Embedder, make_embedder
@@ -112,7 +112,7 @@ class Home:
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
-        self._early = None                # the helper thread that embeds while the journal syncs (_embed_early)
+        self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}

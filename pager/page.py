@@ -142,9 +142,16 @@ class Packer:
         sealed: list[Page] = []
         text = turn.text
         while True:
-            line = self._line(turn, start, text[start:])
-            body = self._body_with(line)
-            tokens = self.tokenizer.count(body)
+            # a body longer than capacity × the longest token cannot fit: neither built nor counted (a
+            # long turn would be copied and re-counted whole for each of its pages)
+            head = self._line(turn, start, "")
+            chars = sum(len(p.line) + 1 for p in self.pieces) + len(head) + len(text) - start
+            if chars > (self.capacity + 1) * self.tokenizer.longest_token:
+                line, tokens = "", self.capacity + 1
+            else:
+                line = head + text[start:]
+                body = self._body_with(line)
+                tokens = self.tokenizer.count(body)
             if tokens <= self.capacity:
                 self.pieces.append(_Piece(turn, start, len(text), line))
                 self.body_tokens = tokens
@@ -209,12 +216,7 @@ class Packer:
     def _split_point(self, turn: Turn, start: int) -> int:
         """The end of the longest piece of turn from start that fits an empty page."""
         text = turn.text
-        lo, hi = start + 1, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.tokenizer.count(self._line(turn, start, text[start:mid])) <= self.capacity:
-                lo = mid
-            else:
-                hi = mid - 1
+        head = self._line(turn, start, "")
+        lo = self.tokenizer.fit_end(text, start, self.capacity, head=head)
         space = text.rfind(" ", start + 1, lo)
         return space + 1 if space > start + (lo - start) // 2 else lo

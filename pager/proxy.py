@@ -159,7 +159,7 @@ def _tools(raw: object, choice: object) -> list[dict]:
     for i, t in enumerate(raw):
         fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
         name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(fn, dict) or not isinstance(name, str) or not name:
             raise RequestError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": …}}}}",
                                param=f"tools[{i}]")
         if name in MODEL.functions:

@@ -52,19 +52,66 @@ class Tokenizer:
         return self._enc.decode(ids)
 
     def fit(self, text: str, limit: int) -> str:
-        """The longest prefix of text, cut at a character boundary, of at most limit tokens."""
+        """A prefix of text of at most limit tokens, cut at a character boundary, that one more
+        character would take over the limit (fit_end)."""
         if self.count(text) <= limit:
             return text
-        lo, hi = 0, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.count(text[:mid]) <= limit:
+        return text[:self.fit_end(text, 0, limit, least=0)]
+
+    @property
+    def longest_token(self) -> int:
+        """The most characters one token can cover (its bytes bound its characters)."""
+        return _longest_token(self.name)
+
+    def fit_end(self, text: str, start: int, limit: int, head: str = "", least: int = 1) -> int:
+        """An end such that head + text[start:end] counts at most limit tokens and one more character
+        would not (the longest such piece, but where a token merges at the cut: "Ea" can count more
+        than "Ear"), never below start + least (a piece must move on even when nothing fits). Costs a few counts of about
+        limit tokens each however long text is (a search over the whole text re-counted megabytes per
+        page): past limit × the longest token nothing fits, and the search starts where the
+        limit-th token of one encoding of a window falls."""
+        floor, hi = start + least, min(len(text), start + (limit + 1) * self.longest_token)
+
+        def fits(end: int) -> bool:
+            return self.count(head + text[start:end]) <= limit
+
+        window = max(64, 8 * limit)
+        while True:   # a window holding more than limit tokens, or all the text that could fit
+            end = min(hi, start + window)
+            ids = self._enc.encode(head + text[start:end], disallowed_special=())
+            if len(ids) > limit or end >= hi:
+                break
+            window *= 4
+        guess = end
+        if len(ids) > limit:
+            chars = len(self._enc.decode_bytes(ids[:limit]).decode("utf-8", errors="ignore"))  # a guess only
+            guess = min(max(floor, start + chars - len(head)), hi)
+        if fits(guess):   # gallop up to an end that does not fit
+            lo, step = guess, 1
+            while lo + step <= hi and fits(lo + step):
+                lo, step = lo + step, step * 2
+            top = min(hi, lo + step - 1)
+        else:             # gallop down to an end that fits, or to the floor
+            bad, step = guess, 1
+            while bad - step > floor and not fits(bad - step):
+                bad, step = bad - step, step * 2
+            lo, top = max(floor, bad - step), bad - 1
+        while lo < top:   # bisect: lo fits (or is the floor), top + 1 does not
+            mid = (lo + top + 1) // 2
+            if fits(mid):
                 lo = mid
             else:
-                hi = mid - 1
-        return text[:lo]
+                top = mid - 1
+        return lo
 
 
 @lru_cache(maxsize=4)
 def get_tokenizer(encoding: str = "cl100k_base") -> Tokenizer:
     return Tokenizer(encoding)
+
+
+@lru_cache(maxsize=None)
+def _longest_token(encoding: str) -> int:
+    import tiktoken
+
+    return max(len(b) for b in tiktoken.get_encoding(encoding).token_byte_values())

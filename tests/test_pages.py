@@ -62,3 +62,44 @@ def test_packing_is_deterministic_and_bounded(texts, size):
         spans = sorted((s, e) for x in a for (n, s, e) in x.spans if n == i)
         assert spans[0][0] == 0 and spans[-1][1] == len(t)
         assert all(e1 == s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(min_size=1, max_size=3000), start=st.integers(0, 2000), limit=st.integers(1, 300),
+       head=st.sampled_from(["", "maya: ", "assistant (cont.): "]), encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_fit_end_cuts_where_one_more_character_would_not_fit(text, start, limit, head, encoding):
+    tok = get_tokenizer(encoding)
+    start = min(start, len(text) - 1)
+
+    def fits(end):
+        return tok.count(head + text[start:end]) <= limit
+
+    end = tok.fit_end(text, start, limit, head=head)
+    assert start + 1 <= end <= len(text)
+    assert fits(end) or end == start + 1            # a piece moves on even when one character is too many
+    assert end == len(text) or not fits(end + 1)
+    prefix = tok.fit(text, limit)
+    assert text.startswith(prefix) and tok.count(prefix) <= limit
+    assert prefix == text or tok.count(text[:len(prefix) + 1]) > limit
+
+
+def test_a_turn_of_megabytes_is_packed_with_counts_of_about_a_page_each():
+    """A 2 MB message (one served request) once took minutes: every page re-counted the whole rest
+    of the turn. Counted characters are the measure, not time: they must stay a small multiple of
+    the text, and the pages must hold every character exactly once."""
+    tok = get_tokenizer()
+    counted = []
+    count = tok.count
+    tok.count = lambda text: counted.append(len(text)) or count(text)   # type: ignore[method-assign]
+    try:
+        words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+        text = " ".join(words[(i * 7 + i // 3) % 8] + str(i % 97) for i in range(300_000))
+        packer = Packer("s", tok, 128)
+        pages = packer.add(Turn("s", 1, "maya", text))
+        if packer.pieces:
+            pages.append(packer.seal())
+    finally:
+        del tok.count
+    assert "".join(text[a:b] for page in pages for (_, a, b) in page.spans) == text
+    assert all(page.tokens <= packer.capacity for page in pages)
+    assert sum(counted) < 30 * len(text), f"counted {sum(counted):,} characters for a text of {len(text):,}"

@@ -772,7 +772,7 @@ def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
         from pager.summaries import Draft as SummaryDraft
 
         for text in ("The user moved to Porto.", "The user moved to Porto, then to Braga."):
-            engine.call(lambda: engine.open("acme", "tiers").add_summaries(
+            engine.call(lambda text=text: engine.open("acme", "tiers").add_summaries(
                 [SummaryDraft("rolling", "rolling", text, (1, 1))], "script"), tenant="acme", name="tiers")
         summaries = a.get("/sessions/tiers/summaries").json()
         assert summaries["object"] == "summaries" and summaries["total"] == 2

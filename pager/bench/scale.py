@@ -269,7 +269,7 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     tiered, bare = (session.facts, session.state, session.summaries), (Facts(), State(), Summaries())
     wall: dict[bool, list[float]] = {True: [], False: []}
     cpu: dict[bool, list[float]] = {True: [], False: []}
-    shown = []
+    shown: list = []
     for i, q in enumerate(asks):
         for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
             session.facts, session.state, session.summaries = tiers
