@@ -73,7 +73,7 @@ class Config:
     autopage_share: float = 0.9  # share of frames automatic paging may fill; the rest keeps recent pages
     autopage_min_score: float = 0.2  # fused relevance a page needs to fault in on its own
     state_share: float = 0.15    # share of the memory budget the working state may take (it comes before pages)
-    fact_share: float = 0.3      # share of the frames fact slabs may take when the session has facts
+    fact_share: float = 0.5      # the most of the frames fact slabs may take; how many they take is decided per message
     summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off

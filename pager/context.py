@@ -19,7 +19,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import weakref
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from pager.prompts import render
 
@@ -124,17 +127,17 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
             f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
             f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
         )
-    ranked = rank_facts(session, message) if frames >= 3 else []
-    slabs = len(pack_slabs(session, ranked, max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))))
-    room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count() - slabs) if frames >= 3 else 0
-    summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
-    summary_frames = -(-summary_tokens // session.page_tokens)
-    session.resize(frames - slabs - summary_frames)
-    hits = session.autopage(message) if autopage and message else []
-    resident = set(session.resident())  # a fact whose pages are all shown adds nothing: the next one goes in
-    packed = pack_slabs(session, [(f, line) for f, line in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
-    if len(packed) < slabs:  # fewer facts were new than frames set aside: the rest go back to pages
-        session.resize(frames - len(packed) - summary_frames)
+    summaries, summary_frames, summary_tokens = "", 0, 0
+    shown_summaries: list[int] = []
+    if frames >= 3:
+        room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count())
+        summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
+        summary_frames = -(-summary_tokens // session.page_tokens)
+    packed: list[list[tuple]] = []
+    if frames - summary_frames >= 3 and session.facts and message.strip():
+        packed, hits = page_with_facts(session, message, frames - summary_frames, autopage)
+    else:
+        session.resize(frames - summary_frames)
         hits = session.autopage(message) if autopage and message else []
     texts = [slab_text(slab) for slab in packed]
     known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
@@ -145,6 +148,32 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     ctx.facts = [f.n for slab in packed for f, _ in slab]
     ctx.summaries = shown_summaries
     return ctx
+
+
+def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list]:
+    """Split the frames between fact slabs and pages, and fill both from one search.
+
+    The search scores every piece of every page for the message. A fact is ranked by its own match
+    and by the score of the piece it came from (the page search's many signals, read at the turn). How
+    many slabs: the frames go, one at a time, to whichever shows more of the message's evidence per
+    token, the next page of the search or the best facts not on a page already shown (`split`), with
+    slabs taking at most `fact_share` of the frames. Pages are then faulted once, and the slabs filled
+    with the best facts whose pages are not resident."""
+    cfg = session.home.config
+    most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
+    room = max(session.autopage_room(frames), 1)
+    hits = session.search(message, k=room, tail=False, depth=session.autopage_room(frames - most), record=autopage)
+    weights = piece_weights(session)
+    ranked = rank_facts(session, message, weights)
+    fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+    above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
+    slabs = split(session, above, ranked, weights, frames - len(fixed), most, fixed)
+    session.resize(frames - slabs)
+    if autopage:
+        session.autopage(message, hits=hits)
+    resident = set(session.resident())
+    packed = pack_slabs(session, [(f, line) for f, line, _ in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
+    return packed, (hits if autopage else [])
 
 
 SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they cover]"
@@ -191,6 +220,156 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
     return "\n".join([SUMMARIES_TITLE, *lines]), shown, tokens
 
 
+
+def piece_weights(session: Session):
+    """The last search's score of every piece, as a share of the best: how likely it is the evidence."""
+    scored = session.index.scored
+    if scored is None or not len(scored):
+        return np.zeros(0, dtype=np.float32)
+    top = float(scored.max())
+    return scored / top if top > 0 else np.zeros_like(scored)
+
+
+def fact_pieces(session: Session, fact) -> tuple[int, ...]:
+    """The indexed pieces holding a fact's turns (none while they are on the open tail)."""
+    cache = _FACT_PIECES.setdefault(session, {})
+    pieces = cache.get(fact.n)
+    if pieces is None:
+        found, indexed = [], True
+        for p in fact.pages:
+            ids = session.index.page_pieces.get(p)
+            if ids is None:
+                indexed = False   # the tail: not yet a piece; asked again once it is sealed and indexed
+                continue
+            found += [ids[i] for i, (t, _, _) in enumerate(session.pages[p].spans) if t in fact.turns]
+        pieces = tuple(found)
+        if indexed:
+            cache[fact.n] = pieces
+    return pieces
+
+
+_FACT_PIECES: "weakref.WeakKeyDictionary[Session, dict[int, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
+    """(fact, its line, its weight) for the facts the message is about, best first: by the fact's own
+    match and by the weight of the piece it came from, each a share of the best. A fact the search
+    found through its turn counts even when its own words miss the message (a paraphrase). The
+    weight is the piece's alone: the split compares it with the weights of pieces on pages."""
+    if not session.facts or not message.strip():
+        return []
+    vector = message_vector(session, message)
+    own = session.facts.search(message, vector, k=MOST_FACTS)
+    best = own[0][1] if own and own[0][1] > 0 else 1.0
+    matched = {f.n: score / best for f, score in own}
+    candidates = [f for f, _ in own]
+    if weights is not None and len(weights):
+        by_piece = piece_facts(session)
+        m = min(MOST_FACTS, len(weights))
+        for piece in np.argpartition(-weights, m - 1)[:m].tolist():
+            candidates += [f for f in by_piece.get(piece, ()) if f.n not in matched]
+    scored = {}
+    for f in candidates:
+        weight = max((float(weights[p]) for p in fact_pieces(session, f)), default=0.0) if weights is not None and len(weights) else 0.0
+        scored[f.n] = (matched.get(f.n, 0.0) + weight, f, weight)
+    order = sorted(scored.values(), key=lambda x: (-x[0], x[1].n))[:MOST_FACTS]
+    return [(f, fact_line(session, f), weight) for _, f, weight in order]
+
+
+def piece_facts(session: Session) -> dict[int, list]:
+    """piece → the facts that came from it (rebuilt when facts or pieces were added)."""
+    key = (len(session.facts), len(session.index.piece_page))
+    cached = _PIECE_FACTS.get(session)
+    if cached is None or cached[0] != key:
+        out: dict[int, list] = {}
+        for f in session.facts.items:
+            for p in fact_pieces(session, f):
+                out.setdefault(p, []).append(f)
+        cached = _PIECE_FACTS[session] = (key, out)
+    return cached[1]
+
+
+def fact_line(session: Session, fact) -> str:
+    """A fact's line in a slab; it changes only when a newer fact supersedes it."""
+    cache = _LINES.get(session)
+    if cache is None or cache[0] != len(session.facts):
+        cache = _LINES[session] = (len(session.facts), {})
+    line = cache[1].get(fact.n)
+    if line is None:
+        line = cache[1][fact.n] = session.facts.line(fact)
+    return line
+
+
+_LINES: "weakref.WeakKeyDictionary[Session, tuple[int, dict[int, str]]]" = weakref.WeakKeyDictionary()
+_PIECE_FACTS: "weakref.WeakKeyDictionary[Session, tuple]" = weakref.WeakKeyDictionary()
+
+
+MOST_FACTS = 200   # facts ranked for the slabs (a 128-token slab holds about four)
+
+
+def split(session: Session, pages: list, ranked: list[tuple], weights, frames: int, most: int,
+          fixed: set[int]) -> int:
+    """How many of `frames` go to fact slabs (at most `most`): greedy by evidence per token.
+
+    Each turn counts once, with the weight of its piece; a page offers the turns on it not yet shown,
+    for a frame; a fact offers its turns, for its line's tokens. Pages are taken in the search's
+    order, facts best offer first, until the frames are spent."""
+    import heapq
+
+    if most <= 0 or not ranked:
+        return 0
+    count, limit = session.tokenizer.count, session.page_tokens
+    slab_room = limit - count(FACTS_TITLE + SEPARATOR)
+    shown: set[int] = {t for n in fixed if n in session.pages for t, _, _ in session.pages[n].spans}
+    shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
+
+    def page_turns(n: int) -> dict[int, float]:
+        ids = session.index.page_pieces.get(n, [])
+        out: dict[int, float] = {}
+        for i, (t, _, _) in enumerate(session.pages[n].spans):
+            if i < len(ids) and i < len(weights):
+                out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
+        return out
+
+    offers = []   # (-value per token, rank, turns, cost): a heap; offers only fall as turns are shown
+    for rank, (fact, line, weight) in enumerate(ranked):
+        if weight > 0 and not set(fact.turns) <= shown:
+            cost = session.render.line_tokens(line) + 1
+            offers.append((-weight / cost, rank, fact.turns, weight, cost))
+    heapq.heapify(offers)
+    taken_pages, fact_tokens, next_page = 0, 0, 0
+    slabs = 0
+    while taken_pages + slabs < frames:
+        page_value, turns_on_page = 0.0, {}
+        if next_page < len(pages):
+            turns_on_page = page_turns(pages[next_page].n)
+            page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+        fact = None
+        while offers:   # the best offer still standing (a fact whose turns were shown meanwhile drops)
+            _, rank, turns, weight, cost = offers[0]
+            if set(turns) <= shown:
+                heapq.heappop(offers)
+                continue
+            fits = -(-(fact_tokens + cost) // slab_room) <= most and taken_pages + -(-(fact_tokens + cost) // slab_room) <= frames
+            if not fits:
+                heapq.heappop(offers)
+                continue
+            fact = (weight / cost, turns, cost)
+            break
+        if fact and fact[0] > page_value:
+            heapq.heappop(offers)
+            fact_tokens += fact[2]
+            shown.update(fact[1])
+            slabs = -(-fact_tokens // slab_room)
+        elif next_page < len(pages) and page_value > 0:
+            taken_pages += 1
+            next_page += 1
+            shown.update(turns_on_page)
+        else:
+            break
+    return slabs
+
+
 FACTS_TITLE = "[facts]"
 
 
@@ -202,14 +381,6 @@ def message_vector(session: Session, message: str):
         held = session.render.message_vector = (
             message, session.home.embedder.embed([message])[0].astype("float16").astype("float32"))
     return held[1]
-
-
-def rank_facts(session: Session, message: str) -> list[tuple]:
-    """(fact, its line) for the facts the message is about, best first."""
-    if not session.facts or not message.strip():
-        return []
-    vector = message_vector(session, message)
-    return [(f, session.facts.line(f)) for f, _ in session.facts.search(message, vector)]
 
 
 def slab_text(slab: list[tuple]) -> str:

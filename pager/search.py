@@ -345,21 +345,23 @@ class Index:
         vectors = np.ascontiguousarray(self.vectors())  # first: it takes in the pending rows
         state = dict(self.__dict__)
         state.pop("_spare", None)
+        state.pop("scored", None)
         state.pop("_memo", None)
         state["_vectors"] = vectors
         return state
 
     def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),
                now: float | None = None, boosts: dict[int, float] | None = None,
-               weights: dict[str, float] | None = None) -> list[Hit]:
+               weights: dict[str, float] | None = None, depth: int | None = None) -> list[Hit]:
         """The k best pages not in exclude, each as its best piece plus a share of its neighbours;
-        weights override WEIGHTS for this search."""
+        weights override WEIGHTS for this search; depth: the pages the caller will use, if fewer than k."""
+        self.scored = None
         if not self.piece_page or not query.strip():
             return []
         signals: dict[str, np.ndarray] = {}
         query_terms = terms(query)
         weighted, signals["bm25"], named, signals["vector"] = self._matched(query, embedder)
-        deep = k >= self.DEEP
+        deep = (k if depth is None else depth) >= self.DEEP
         weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
         arrays = self._arrays()
         if named:
@@ -379,6 +381,7 @@ class Index:
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._demote(self._fuse(signals, weights), query_terms)
+        self.scored = fused   # every piece's score for this query: facts rank by the pieces they came from
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
 
     def _matched(self, query: str, embedder) -> tuple[dict[str, float], np.ndarray, set[str], np.ndarray]:

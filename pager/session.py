@@ -829,12 +829,13 @@ class Session:
 
     # -- search and automatic paging ----------------------------------------------------------------------
     def search(self, query: str, k: int = 8, exclude: Iterable[int] = (), boosts: dict[int, float] | None = None,
-               record: bool = True, tail: bool = True) -> list[Hit]:
-        """Ranked pages for the query; the open tail page (not indexed until sealed) is matched by its words."""
+               record: bool = True, tail: bool = True, depth: int | None = None) -> list[Hit]:
+        """Ranked pages for the query; the open tail page (not indexed until sealed) is matched by its words.
+        depth: how many of the k hits will be paged in, when fewer (a search is deep or not by that)."""
         self.sync()
         recency = self.home.config.recency_weight
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
-                                 self.clock(), boosts, {"recency": recency} if recency else None)
+                                 self.clock(), boosts, {"recency": recency} if recency else None, depth)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:
@@ -859,26 +860,40 @@ class Session:
             return None
         return Hit(self.tail_n, round(best / len(wanted), 4), {"tail": best}, piece=-1 - where)
 
-    def autopage(self, query: str, share: float | None = None, min_score: float | None = None) -> list[Hit]:
-        """Fault in the pages the query needs, with read-ahead, within a share of the frames."""
-        cfg = self.home.config
-        share = cfg.autopage_share if share is None else share
-        min_score = cfg.autopage_min_score if min_score is None else min_score
-        room = min(int(self.frames.count * share), self.frames.count - 1 - self.pinned_count())
-        if room <= 0 or not query.strip():
-            return []
-        hits = [h for h in self.search(query, k=room, tail=False) if h.score >= min_score]
-        chosen: list[int] = []
-        for hit in hits:
-            self.table[hit.n].relevance = hit.score
-            chosen.append(hit.n)
+    def autopage_room(self, frames: int | None = None, share: float | None = None) -> int:
+        """How many pages automatic paging may fault into `frames` frames (the current count if None)."""
+        frames = self.frames.count if frames is None else frames
+        share = self.home.config.autopage_share if share is None else share
+        return min(int(frames * share), frames - 1 - self.pinned_count())
+
+    def paging_plan(self, hits: list[Hit], room: int) -> list[int]:
+        """The pages automatic paging faults for these hits (best first, each above the threshold),
+        then their neighbours (read-ahead) while they fit the room."""
+        chosen = [h.n for h in hits[:room]]
         taken = set(chosen)
-        for hit in hits:
-            for d in range(1, cfg.readahead + 1):
+        readahead = self.home.config.readahead
+        for hit in hits[:room]:
+            for d in range(1, readahead + 1):
                 for n in (hit.n - d, hit.n + d):
                     if len(chosen) < room and n in self.pages and n not in taken:
                         chosen.append(n)
                         taken.add(n)
+        return chosen
+
+    def autopage(self, query: str, share: float | None = None, min_score: float | None = None,
+                 hits: list[Hit] | None = None) -> list[Hit]:
+        """Fault in the pages the query needs, with read-ahead, within a share of the frames. `hits`:
+        this query's search, already made (with at least the room's number of hits), to page from."""
+        min_score = self.home.config.autopage_min_score if min_score is None else min_score
+        room = self.autopage_room(share=share)
+        if room <= 0 or not query.strip():
+            return []
+        if hits is None:
+            hits = self.search(query, k=room, tail=False)
+        hits = [h for h in hits[:room] if h.score >= min_score]
+        chosen = self.paging_plan(hits, room)
+        for hit in hits:
+            self.table[hit.n].relevance = hit.score
         missing = sum(1 for n in chosen if not self.table[n].resident)
         # one eviction pass for the whole batch: the policy sees every candidate once
         self.frames.make_room({self.tail_n, *chosen}, self.tick, self._evict, free=missing, keep=self.in_use)

@@ -710,7 +710,7 @@ def m005_summaries(store: LanceStore) -> None:
 
 @migration
 def m006_vector_dims(store: LanceStore) -> None:
-    """page vectors at the embedder's size (a store of 256-dim wordllama vectors is cut to 128, exactly)"""
+    """page vectors at the embedder's size (a store of 256-dim wordllama vectors is cut to 128, no re-embedding)"""
     import pyarrow as pa
 
     table = store._tables["pages"]

@@ -267,19 +267,31 @@ class Extractive:
         after = {w for t in turns[i : i + self.window] for w in terms(t.text)}
         return bool(before and after) and not before & after
 
-    def central(self, session, lines: list[str], k: int) -> list[str]:
-        """The k lines nearest the mean of all, in their order; lines of a few words ("Yes, Ana!")
-        only when there are not k longer ones."""
+    def central(self, session, lines: list[str], k: int, voiced: set[str] | None = None) -> list[str]:
+        """k lines near the mean of all and unlike each other (maximal marginal relevance, so a
+        summary is not one theme said k times), in their order. Each line once; lines of a few
+        words ("Yes, Ana!") only when there are not k longer ones; when `voiced` holds k or more of
+        the lines (what people said, not the assistant's replies), only those."""
+        lines = list(dict.fromkeys(lines))
         if len(lines) <= k:
-            return list(lines)
+            return lines
+        if voiced is not None and len(voiced.intersection(lines)) >= k:
+            lines = [line for line in lines if line in voiced]
         vectors = session.home.embedder.embed(lines).astype(np.float32)
-        centre = vectors.mean(axis=0)
-        scores = vectors @ centre
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        relevance = vectors @ vectors.mean(axis=0)
         short = np.array([len(terms(line)) < self.min_words for line in lines])
         if (~short).sum() >= k:
-            scores = np.where(short, -np.inf, scores)
-        best = sorted(np.argsort(-scores, kind="stable")[:k])
-        return [lines[i] for i in best]
+            relevance = np.where(short, -np.inf, relevance)
+        chosen: list[int] = []
+        nearest = np.full(len(lines), -np.inf, dtype=np.float32)   # each line's likeness to those chosen
+        for _ in range(k):
+            score = relevance if not chosen else 0.5 * relevance - 0.5 * nearest
+            score = np.where(np.isin(np.arange(len(lines)), chosen), -np.inf, score)
+            best = int(np.argmax(score))
+            chosen.append(best)
+            nearest = np.maximum(nearest, vectors @ vectors[best])
+        return [lines[i] for i in sorted(chosen)]
 
     def __call__(self, session, pages: list[int]) -> list[Draft]:
         turns = _turns(session)
@@ -295,7 +307,7 @@ class Extractive:
             if key in done:
                 continue
             lines = [line for t in episode for line in sentences(t.speaker, t.text)]
-            picked = self.central(session, lines, self.per_episode)
+            picked = self.central(session, lines, self.per_episode, _voiced(episode))
             if picked:
                 out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn), episode[-1].ts))
         rolling = session.summaries.rolling
@@ -304,14 +316,19 @@ class Extractive:
         if new:
             old = _split_kept(rolling.text) if rolling else []
             fresh = self.central(session, [line for t in new for line in sentences(t.speaker, t.text)],
-                                 self.rolling_sentences)
-            kept = self.central(session, old + fresh, self.rolling_sentences)
+                                 self.rolling_sentences, _voiced(new))
+            kept = self.central(session, old + fresh, self.rolling_sentences, _voiced(turns))
             if kept:
                 out.append(Draft(ROLLING, ROLLING, SEP.join(kept), (turns[0].turn, new[-1].turn), new[-1].ts))
         return out
 
 
 SEP = " · "
+
+
+def _voiced(turns: list) -> set[str]:
+    """The sentences people said in these turns (not the assistant's)."""
+    return {line for t in turns if t.role != "assistant" for line in sentences(t.speaker, t.text)}
 
 
 def _split_kept(text: str) -> list[str]:

@@ -207,12 +207,14 @@ def test_an_idle_writer_gives_its_lease_up_and_takes_it_again_on_its_next_write(
     sa = a.open("s")
     sa.append("ann", "a1")
     sa.append("ann", "a2", key="k-a2")
+    sa.set_state("city", "Berlin")
     while a.store.lease("", "s") is not None:
         time.sleep(0.05)  # the event: host a gave the lease up while its home stays open
     assert ("", "s") not in a.leases.held and not a._closed
     b = Home(config("b", lease_idle_s=0), embedder=HashEmbedder())  # b keeps it until it closes
     sb = b.open("s")
     assert sb.append("bob", "b1").turn == 3  # a flushed before it gave up: b numbers after a's turns
+    sb.set_state("city", "Paris")
     with pytest.raises(LeaseHeld) as refused:
         sa.append("ann", "a3")
     assert b.leases.holder in str(refused.value)
@@ -235,6 +237,10 @@ def test_an_idle_writer_gives_its_lease_up_and_takes_it_again_on_its_next_write(
     thread.join(timeout=120)
     assert done.is_set() and not errors, errors
     assert got == [5, 2] and sa.turn_count == 5  # numbered after b's turns, which host a took in
+    sa.set_state("pet", "cat")  # numbered after b's change of the working state
+    assert sa.state.values() == {"city": "Paris", "pet": "cat"}
     a.close()
     with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
         assert texts(reader, "s") == ["a1", "a2", "b1", "b2", "a3"]
+        assert [(c.seq, c.key, c.value) for c in reader.store.state_changes("", "s")] == [
+            (1, "city", "Berlin"), (2, "city", "Paris"), (3, "pet", "cat")]

@@ -292,3 +292,23 @@ def test_the_tiers_are_visible_in_search_inspect_the_repl_and_the_tools(tmp_path
         listed = kit.summaries()
         assert listed.startswith("rolling summary, version 1") and "the last 2 episode(s)" in listed
         assert "tomatoes" in kit.summaries("tomatoes garden") or "basil" in kit.summaries("tomatoes garden")
+
+
+def test_the_extractive_rolling_summary_says_what_people_said_each_line_once(tmp_path):
+    """An outsider found the demo's rolling summary two assistant sentences, each three times."""
+    from pager.summaries import Extractive
+
+    home = Home(Config(home=tmp_path / "h", embedder="hash"))
+    s = home.open("roll")
+    said = ["We picked the Yjs CRDT for the sync engine.", "Priya Raman accepted the senior SRE offer.",
+            "Code freeze is on 30 September this year.", "I am training for the Berlin half marathon.",
+            "Sam Okafor is allergic to peanuts, severely so.", "The design review moved to Wednesdays now."]
+    for text in said * 2:
+        s.append("maya", text)
+        s.append("assistant", "Noted, and kept in the working state for you.", role="assistant")
+    drafts = Extractive(rolling_sentences=4)(s, [p for p in range(1, s.tail_n + 1)])
+    rolling = next(d for d in drafts if d.kind == "rolling")
+    lines = rolling.text.split(" · ")
+    assert len(lines) == len(set(lines)) == 4, rolling.text
+    assert all(line.startswith("maya: ") for line in lines), rolling.text
+    home.close()

@@ -60,6 +60,7 @@ class Outcome:
     fact_tokens: int = 0
     summary_tokens: int = 0
     summary_span: float = 0.0
+    conversation: str = ""
     cpu_ms: float | None = None   # CPU time of the process (pager only): on a shared machine wall time waits for a core
 
 
@@ -83,6 +84,11 @@ class Tally:
                       "summary_span": _mean([o.summary_span for o in head])}
             for label, row in by_cat.items():
                 row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
+        by_conversation = {}   # a change should hold on each conversation, not only on the mean
+        for conv in dict.fromkeys(o.conversation for o in head):
+            rows = [o for o in head if o.conversation == conv]
+            by_conversation[conv] = {"recall": _mean([o.recall for o in rows]), "n": len(rows),
+                                     **({"coverage": _mean([o.coverage or 0.0 for o in rows])} if memory else {})}
         return {
             "recall": _mean([o.recall for o in head]),
             **memory,
@@ -94,6 +100,7 @@ class Tally:
             **({"p95_cpu_ms": round(_percentile(sorted(o.cpu_ms or 0.0 for o in self.outcomes), 95), 3)}
                if self.outcomes and self.outcomes[0].cpu_ms is not None else {}),
             "by_category": by_cat,
+            "by_conversation": by_conversation,
         }
 
 
@@ -223,7 +230,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
             ms, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
             spans = turns_in_context(session, ctx.pages)
             recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))  # noqa: B023 - called at once
-            outcome = Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms, cpu_ms=cpu)
+            outcome = Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms, conversation=conv.sample_id,
+                              cpu_ms=cpu)
             if recorded is not None:
                 told = {t for n in ctx.facts for t in session.facts.items[n - 1].turns}
                 outcome.coverage = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in told  # noqa: B023
@@ -241,7 +249,7 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                     inside = {base.numbers[i] for i in chosen if i < base.turn_items}
                     recall, all_hit = score(evidence, lengths,
                                             lambda t: [(0, lengths[t])] if t in inside else [])  # noqa: B023
-                    outcome = Outcome(q.category, recall, all_hit, tokens, ms)
+                    outcome = Outcome(q.category, recall, all_hit, tokens, ms, conversation=conv.sample_id)
                     if recorded is not None:
                         told = {t for i in chosen for t in base.sources[i]}
                         outcome.coverage = score(evidence, lengths,

@@ -1,0 +1,96 @@
+"""How the frames are split between fact slabs and pages: facts stand in for pages the frames
+cannot hold, the split never takes more than its share or the budget, a fact ranks by the piece
+it came from, and a message with facts is paged in one pass (one search, each page faulted once)."""
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pager.config import Config
+from pager.context import build, rank_facts
+from pager.embed import HashEmbedder
+from pager.facts import Draft
+from pager.home import Home
+from pager.store import MemoryStore
+
+CITIES = ["Lisbon", "Oslo", "Krakow", "Seville", "Tallinn", "Bergen", "Porto", "Ghent"]
+
+
+def filler(i: int) -> str:
+    return (f"Note {i}: the quarterly inventory of warehouse {i} lists pallets, forklifts, shelving units, "
+            f"packing tape and a broken printer in aisle {i}.")
+
+
+def trips_home(tmp_path, budget: int = 1024, share: float = 0.5, facts: int = 8) -> tuple[Home, object]:
+    """Eight trips of Maya's, each several pages from the next, and a fact for each of the first `facts`."""
+    config = Config(home=tmp_path / "h", budget=budget, page_tokens=128, embedder="hash", fact_share=share)
+    home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    s = home.open("trips")
+    trip_turns = []
+    for k, city in enumerate(CITIES):
+        s.append_many([{"speaker": "Sam", "text": filler(10 * k + j)} for j in range(8)])
+        trip_turns.append(s.append("Maya", f"Maya visited {city} last week and loved the old harbour there.").turn)
+    s.append_many([{"speaker": "Sam", "text": filler(900 + j)} for j in range(8)])
+    s.add_facts([Draft(f"trip {city}", f"Maya visited {city}.", (t,)) for city, t in zip(CITIES[:facts], trip_turns)],
+                "script")
+    return home, s
+
+
+def test_facts_show_the_evidence_of_pages_the_frames_cannot_hold(tmp_path):
+    home, s = trips_home(tmp_path)
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    assert ctx.facts, "the message is about the facts: some go in slabs"
+    shown = [city for city in CITIES if city in ctx.memory]
+    on_pages = [city for city in CITIES if any(city in s.pages[n].text for n in ctx.pages if n in s.pages)]
+    # the trips lie on eight different pages and the budget holds fewer: the slabs bring the rest
+    assert len(on_pages) < len(CITIES) == len(shown), (on_pages, shown)
+    assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+    home.journal.close(remove=True)
+
+
+def test_a_fact_whose_page_is_shown_takes_no_room(tmp_path):
+    home, s = trips_home(tmp_path, budget=4096)
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    resident = set(s.resident())
+    for n in ctx.facts:
+        fact = s.facts.items[n - 1]
+        assert not set(fact.pages) <= resident, f"{fact.id} repeats a resident page"
+    home.journal.close(remove=True)
+
+
+def test_a_fact_ranks_by_the_piece_it_came_from(tmp_path):
+    home, s = trips_home(tmp_path)
+    # two facts with the same words; the search scores the turn of the second one higher
+    harbour = s.append("Maya", "The harbour in Bergen has a fish market and a funicular up the hill.").turn
+    s.append_many([{"speaker": "Sam", "text": filler(950 + j)} for j in range(8)])
+    first, second = s.add_facts([Draft("a", "Maya likes it there.", (1,)), Draft("b", "Maya likes it there.", (harbour,))],
+                                "script")
+    s.search("fish market funicular harbour Bergen", k=4, record=False)
+    from pager.context import piece_weights
+
+    order = [f.n for f, _, _ in rank_facts(s, "fish market funicular harbour Bergen", piece_weights(s))]
+    assert order.index(second.n) < order.index(first.n)
+    home.journal.close(remove=True)
+
+
+def test_a_message_with_facts_is_paged_in_one_pass(tmp_path):
+    home, s = trips_home(tmp_path)
+    events = []
+    s.events.listeners.append(events.append)
+    build(s, "Which cities did Maya visit?", chat=False)
+    assert [e.kind for e in events].count("search") == 1
+    faulted = [e.data["page"] for e in events if e.kind in ("fault", "hit")]
+    assert len(faulted) == len(set(faulted)), "a page was paged twice"
+    home.journal.close(remove=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(budget=st.integers(min_value=600, max_value=5000), share=st.sampled_from([0.0, 0.2, 0.5, 0.9]),
+       facts=st.integers(min_value=0, max_value=8), question=st.sampled_from(CITIES + ["warehouse pallets", "Maya"]))
+def test_the_split_keeps_its_share_and_the_budget(tmp_path_factory, budget, share, facts, question):
+    home, s = trips_home(tmp_path_factory.mktemp("s"), budget=budget, share=share, facts=facts)
+    ctx = build(s, f"What about {question}?", chat=False)
+    frames = (budget - home.config.map_reserve) // s.page_tokens
+    slabs = sum(1 for b in ctx.memory.split("\n\n") if b.startswith("[facts]"))
+    assert slabs <= max(0, int(frames * share))
+    assert len(ctx.pages) + slabs <= frames
+    assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= budget
+    home.journal.close(remove=True)
