@@ -20,7 +20,6 @@ import copy
 import hashlib
 import itertools
 import weakref
-from functools import lru_cache
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,7 +98,7 @@ def size_frames(session: Session, message: str = "", prefix: str = "", scratch_t
     else:
         map_reserve = min(cfg.map_reserve, max(0, memory_budget - session.page_tokens))
     state = render_state(session, state_cap(session, memory_budget, map_reserve, 2 if two_frames >= floor else 1))
-    state_tokens = count(state + SEPARATOR) if state else 0
+    state_tokens = session.render.line_tokens(state + SEPARATOR) if state else 0   # the same block turn after turn
     return (memory_budget - map_reserve - state_tokens) // session.page_tokens, map_reserve, fixed
 
 
@@ -128,19 +127,24 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
             f"{max(memory_budget, 0):,} of the budget of {budget:,} for a page of {session.page_tokens}; "
             f"raise --budget to at least {fixed + session.page_tokens + cfg.map_reserve:,}"
         )
-    summaries, summary_frames = "", 0
+    summaries, summary_frames, summary_tokens = "", 0, 0
     shown_summaries: list[int] = []
     if frames >= 3:
         room = min(int(frames * cfg.summary_share), frames - 2 - session.pinned_count())
-        summaries, shown_summaries, summary_frames = pack_summaries(session, message, room)
+        summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
+        summary_frames = -(-summary_tokens // session.page_tokens)
     packed: list[list[tuple]] = []
     if frames - summary_frames >= 3 and session.facts and message.strip():
         packed, hits = page_with_facts(session, message, frames - summary_frames, autopage)
     else:
         session.resize(frames - summary_frames)
         hits = session.autopage(message) if autopage and message else []
+    texts = [slab_text(slab) for slab in packed]
+    known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
+    if summaries:
+        known[summaries] = summary_tokens
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                   state, [slab_text(slab) for slab in packed], summaries)
+                   state, texts, summaries, known)
     ctx.facts = [f.n for slab in packed for f, _ in slab]
     ctx.summaries = shown_summaries
     return ctx
@@ -176,10 +180,11 @@ SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they
 
 
 def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, list[int], int]:
-    """(block, summary numbers, frames it takes): the episode summaries the message is about, best
-    first, in at most `frames` whole frames (block and separator counted exactly). A summary longer
-    than the room left is cut to it when it is the first; later ones that do not fit are passed over."""
-    if frames <= 0 or not session.summaries.episodes() or not message.strip():
+    """(block, summary numbers, its tokens with the separator after it): the episode summaries the
+    message is about, best first, in at most `frames` whole frames (block and separator counted
+    exactly). A summary longer than the room left is cut to it when it is the first; later ones that
+    do not fit are passed over."""
+    if frames <= 0 or not message.strip() or not any(s.kind == "episode" for s in session.summaries.current.values()):
         return "", [], 0
     count, capacity = session.tokenizer.count, frames * session.page_tokens
     cost = session.render.line_tokens
@@ -205,14 +210,14 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
         lines.append(line)
         shown.append(s.n)
         used += cost(line + "\n")
-    block = "\n".join([SUMMARIES_TITLE, *lines])
-    while lines and count(block + SEPARATOR) > capacity:   # by construction this does not happen
+    tokens = block_tokens(session, SUMMARIES_TITLE, lines)
+    while lines and tokens > capacity:   # by construction this does not happen
         lines.pop()
         shown.pop()
-        block = "\n".join([SUMMARIES_TITLE, *lines])
+        tokens = block_tokens(session, SUMMARIES_TITLE, lines)
     if not lines:
         return "", [], 0
-    return block, shown, -(-count(block + SEPARATOR) // session.page_tokens)
+    return "\n".join([SUMMARIES_TITLE, *lines]), shown, tokens
 
 
 
@@ -368,12 +373,6 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
 FACTS_TITLE = "[facts]"
 
 
-@lru_cache(maxsize=1024)
-def counted(count, text: str) -> int:
-    """count(text), remembered: a slab is counted when packed and again when assembled."""
-    return count(text)
-
-
 def message_vector(session: Session, message: str):
     """The message's vector as the facts and summaries are searched with (float16-rounded, as they
     are stored), embedded once per message: both tiers ask for it."""
@@ -388,12 +387,23 @@ def slab_text(slab: list[tuple]) -> str:
     return "\n".join([FACTS_TITLE] + [line for _, line in slab])
 
 
+def block_tokens(session: Session, title: str, lines: list[str]) -> int:
+    """Exact tokens of a block of lines under its title, with the separator after it, from cached
+    per-line counts (Renderer.list_tokens): a slab or the summaries block costs the tokenizer only
+    for lines it has not seen."""
+    return session.render.list_tokens(title, lines, SEPARATOR)
+
+
+def slab_tokens(session: Session, slab: list[tuple]) -> int:
+    return block_tokens(session, FACTS_TITLE, [line for _, line in slab])
+
+
 def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
     """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
     separator counted exactly); the empty slabs are not returned."""
-    count, limit = session.tokenizer.count, session.page_tokens
+    limit = session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
-    used = [count(FACTS_TITLE + SEPARATOR)] * slabs
+    used = [session.render.line_tokens(FACTS_TITLE + SEPARATOR)] * slabs
     for item in ranked:
         cost = session.render.line_tokens(item[1]) + 1
         for b in range(slabs):
@@ -402,27 +412,30 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[t
                 used[b] += cost
                 break
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
-        while slab and counted(count, slab_text(slab) + SEPARATOR) > limit:
+        while slab and slab_tokens(session, slab) > limit:
             slab.pop()
     return [slab for slab in bins if slab]
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] | None = None, summaries: str = "") -> Context:
+             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
     block always starts with "[" and a separator is "\n\n", and in the tiktoken encodings pager uses
     a pre-token never runs from newlines into a following "[" or "#" (the property test recounts the
     whole prompt to hold this), so the sum is the exact count of the joined text while each block's
-    count is computed once per page, not once per turn.
+    count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
+    the separator), as the fact slabs and the summaries are while they are packed.
     """
     count = session.tokenizer.count
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
     blocks: list[str] = ([state] if state else []) + ([summaries] if summaries else []) + list(slabs or [])
-    costs: list[int] = [counted(count, block + SEPARATOR) for block in blocks]  # a slab was counted when packed
+    known = known or {}
+    costs: list[int] = [known[block] if block in known else session.render.line_tokens(block + SEPARATOR)
+                        for block in blocks]   # the state block is the same turn after turn: its count is cached
     fixed = len(blocks)
     for n in session.resident():
         body = session.render.body(n, hide_turn)
@@ -508,7 +521,7 @@ def _fit_state(count, title: str, lines: list[str], cap: int) -> str:
 def render_map(session: Session, reserve: int, focus: list[int]) -> str:
     """The memory map, cut to `reserve` tokens: usage, pressure, and bookmarks of pages on disk."""
     cfg = session.home.config
-    count = session.tokenizer.count
+    count = session.render.line_tokens   # the map's head is the same text turn after turn: its counts are cached
     used, frames = session.frames.used(), session.frames.count
     pressure = used / frames if frames else 1.0
     notice = ""
@@ -549,7 +562,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         lines.append(line)
         budget -= cost
     full = text + ("\n" + "\n".join(lines) if lines else "")
-    while lines and count(full) > reserve:
+    while lines and session.tokenizer.count(full) > reserve:
         lines.pop()
         full = text + ("\n" + "\n".join(lines) if lines else "")
     return full
@@ -584,7 +597,13 @@ def rolling_line(session: Session, room: int) -> str:
     rolling = session.summaries.rolling
     if rolling is None or room < 2 * ROLLING_MIN:
         return ""
-    line = session.tokenizer.fit(f"so far ({rolling.id}, {rolling.span}): {rolling.text}", room // 2)
-    while line and session.tokenizer.count("\n" + line) > room // 2:
-        line = line[:-1]
-    return "\n" + line if line else ""
+    text = f"so far ({rolling.id}, {rolling.span}): {rolling.text}"
+    held = session.render.rolling_line
+    if not held or held[0] != text:   # the map asks for the same line turn after turn, in a few sizes
+        held = session.render.rolling_line = (text, {})
+    if room // 2 not in held[1]:
+        line = session.tokenizer.fit(text, room // 2)
+        while line and session.tokenizer.count("\n" + line) > room // 2:
+            line = line[:-1]
+        held[1][room // 2] = "\n" + line if line else ""
+    return held[1][room // 2]

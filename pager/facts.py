@@ -76,6 +76,7 @@ class Facts:
         self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
         self._cache: dict = {}
+        self._lines: dict[int, str] = {}   # fact number -> its line, while no fact is added
 
     def __len__(self) -> int:
         return len(self.items)
@@ -83,6 +84,7 @@ class Facts:
     def add(self, fact: Fact, vector: np.ndarray | None = None) -> Fact | None:
         """Keep a fact; returns the fact it supersedes, if any (the newest earlier one on its subject)."""
         self.items.append(fact)
+        self._lines.clear()   # a new fact may supersede or end one: its line changes
         same = self._subjects.setdefault(subject_key(fact.subject), [])
         same.append(fact)
         same.sort(key=lambda f: (f.ts, f.n))
@@ -169,6 +171,12 @@ class Facts:
 
     def line(self, fact: Fact) -> str:
         """`- f12 (8 May 2023, p4): text`, or with its end and successor when superseded."""
+        held = self._lines.get(fact.n)
+        if held is None or self.get(fact.n) is not fact:
+            held = self._lines[fact.n] = self._line(fact)
+        return held
+
+    def _line(self, fact: Fact) -> str:
         later = self.superseded_by(fact)
         when = fact.date + (f" → {later.date}, {'ended' if later.ends else 'superseded'} by {later.id}" if later else "")
         pages = ",".join(f"p{p}" for p in fact.pages[:2])

@@ -30,6 +30,7 @@ class Renderer:
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
+        self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
 
     def body(self, n: int, hide_turn: int = 0) -> str | None:
         """Text of page n as the model sees it; the current message is shown once, as the message."""
@@ -115,6 +116,22 @@ class Renderer:
             if len(self._line_costs) > 100_000:
                 self._line_costs.clear()
             cost = self._line_costs[line] = self.s.tokenizer.count(line)
+        return cost
+
+    def list_tokens(self, title: str, lines: list[str], separator: str) -> int:
+        """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block)
+        as a sum of cached counts: the title with its newline, each line with its newline, the last
+        with the separator. The sum is exact when every line starts with "-": in the tiktoken
+        encodings pager uses (cl100k, o200k) no pre-token runs from a newline into a following "-"
+        (a newline only ends a pre-token, or joins whitespace), and BPE never merges across
+        pre-tokens. Any other line makes it count the whole text."""
+        if not all(line[:1] == "-" for line in lines):
+            return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
+        if not lines:
+            return self.line_tokens(title + separator)
+        cost = self.line_tokens(title + "\n") + self.line_tokens(lines[-1] + separator)
+        for line in lines[:-1]:
+            cost += self.line_tokens(line + "\n")
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:
