@@ -212,12 +212,7 @@ class Recorded:
         self.given: set[int] = set()
 
     def __call__(self, session, pages: list[int]) -> list[Draft]:
-        held: set[int] = set()
-        for n in pages:
-            if n == session.tail_n:
-                held |= {p.turn.turn for p in session.packer.pieces}
-            elif n in session.pages:
-                held |= {t for t, _, _ in session.pages[n].spans}
+        held = held_turns(session, pages)
         out = []
         for i, (subject, text, refs) in enumerate(self.facts):
             turns = tuple(self.numbers[r] for r in refs if r in self.numbers)
@@ -225,3 +220,15 @@ class Recorded:
                 self.given.add(i)
                 out.append(Draft(subject, text, turns))
         return out
+
+
+def held_turns(session, pages: list[int]) -> set[int]:
+    """The turns the given pages hold (the open tail's pieces for the tail page): what a producer
+    may write about when these pages are sealed."""
+    held: set[int] = set()
+    for n in pages:
+        if n == session.tail_n:
+            held |= {p.turn.turn for p in session.packer.pieces}
+        elif n in session.pages:
+            held |= {t for t, _, _ in session.pages[n].spans}
+    return held

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .facts import held_turns
 from .search import similarities, terms
 
 ROLLING = "rolling"
@@ -186,14 +187,6 @@ class Summaries:
 
 
 # -- producers --------------------------------------------------------------------------------------------
-def _held_turns(session, pages: list[int]) -> set[int]:
-    held: set[int] = set()
-    for n in pages:
-        if n == session.tail_n:
-            held |= {p.turn.turn for p in session.packer.pieces}
-        elif n in session.pages:
-            held |= {t for t, _, _ in session.pages[n].spans}
-    return held
 
 
 class Recorded:
@@ -208,7 +201,7 @@ class Recorded:
         self.given: set[int] = set()
 
     def __call__(self, session, pages: list[int]) -> list[Draft]:
-        held = _held_turns(session, pages)
+        held = held_turns(session, pages)
         out = []
         when: dict[int, float] | None = None
         for i, (key, text, refs) in enumerate(self.episodes):
@@ -295,7 +288,7 @@ class Extractive:
 
     def __call__(self, session, pages: list[int]) -> list[Draft]:
         turns = _turns(session)
-        held = _held_turns(session, pages)
+        held = held_turns(session, pages)
         turns = [t for t in turns if t.turn <= max(held, default=0)]
         if not turns:
             return []
