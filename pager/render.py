@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
 def starts_clean(body: str) -> bool:
     """Does a body after a header's "]\n" start a pre-token of its own (Renderer.block_tokens)?"""
     return bool(body) and not body[0].isspace() and body[0] != "/"
@@ -28,6 +31,7 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
+        self._part_costs: dict[str, int] = {}
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
         self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
@@ -60,8 +64,9 @@ class Renderer:
         limit = header_reserve(self.s.page_tokens)
         base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
         text = f"[{page_id(n)}]"
+        count = self._header_counter(n, date, keywords)
         # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
-        room = limit - self.s.tokenizer.count(base + "]") - 3
+        room = limit - count(0) - 3
         cut, used = 0, 0
         for keyword in keywords:
             used += self._keyword_tokens(keyword) + 1
@@ -72,16 +77,61 @@ class Renderer:
             return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
 
         for cut in range(cut, -1, -1):  # noqa: B020 - the estimate is cautious: step down until it fits ...
-            if self.s.tokenizer.count(render(cut)) <= limit:
+            if count(cut) <= limit:
                 text = render(cut)
                 break
         else:
             cut = -1
-        while 0 <= cut < len(keywords) and self.s.tokenizer.count(render(cut + 1)) <= limit:
+        while 0 <= cut < len(keywords) and count(cut + 1) <= limit:
             cut += 1  # ... then up while one more keyword still fits
             text = render(cut)
-        self._headers[n] = (key, text)
+        # the header with its newline, as block_tokens counts it (None: count it there)
+        shown_date, shown = (date, keywords[:cut]) if cut >= 0 else ("", ())
+        line = self._header_parts(n, shown_date, shown, "]\n") if self._parts_exact(shown_date, shown) else None
+        self._headers[n] = (key, text, line)
         return text
+
+    def _header_counter(self, n: int, date: str, keywords: tuple[str, ...]):
+        """k → exact tokens of the header with its first k bookmarks (header() renders it)."""
+        base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
+
+        def count(k: int) -> int:
+            if self._parts_exact(date, keywords[:k]):
+                return self._header_parts(n, date, keywords[:k], "]")
+            return self.s.tokenizer.count(f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]")
+        return count
+
+    @staticmethod
+    def _parts_exact(date: str, keywords: tuple[str, ...]) -> bool:
+        """Can a header with this date and these bookmarks be counted by its parts (_header_parts)?"""
+        return (not date or date[-1] in _ALNUM) and all(k and k[-1] in _ALNUM for k in keywords)
+
+    def _header_parts(self, n: int, date: str, keywords: tuple[str, ...], end: str) -> int:
+        """Exact tokens of a header ending in `end` ("]" or "]\n") as a sum of cached counts of its parts:
+        "[p", the page number's digits in threes, " · " and the date, " · bookmarks:", each bookmark
+        after its space, the commas and the end. Each part ends where a pre-token ends in the tiktoken
+        encodings pager uses (cl100k, o200k), whatever follows: a run of digits (at most three to a
+        pre-token) or a part ending in an ASCII letter or digit (the date, a bookmark) before a space
+        or punctuation, and punctuation before a space; so the parts are pre-tokenized alone as they
+        are in the whole, and BPE never merges across pre-tokens. The caller checks the date and
+        bookmarks end in an ASCII letter or digit (_parts_exact); a property test holds the sum
+        against the whole count."""
+        part = self._part_tokens
+        digits = str(n)
+        cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + part(end)
+        if date:
+            cost += part(" · " + date)
+        if keywords:
+            cost += part(" · bookmarks:") + (len(keywords) - 1) * part(",") + sum(part(" " + k) for k in keywords)
+        return cost
+
+    def _part_tokens(self, text: str) -> int:
+        cost = self._part_costs.get(text)
+        if cost is None:
+            if len(self._part_costs) > 100_000:
+                self._part_costs.clear()
+            cost = self._part_costs[text] = self.s.tokenizer.count(text)
+        return cost
 
     def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
         """Tokens of a page's block (header, newline, body) with the separator that follows it.
@@ -102,12 +152,24 @@ class Renderer:
         if block.startswith(header + "\n") and header.endswith("]") and starts_clean(body):
             costs = self._body_costs.get(n)
             if costs is None or costs[:2] != (separator, len(body)):
-                costs = self._body_costs[n] = (separator, len(body), self.s.tokenizer.count(body + separator))
-            cost = self.s.tokenizer.count(header + "\n") + costs[2]
+                costs = self._body_costs[n] = (separator, len(body), self._body_tokens(n, body, separator))
+            line = self._headers.get(n)
+            head = line[2] if line and line[1] == header and line[2] is not None else self.s.tokenizer.count(header + "\n")
+            cost = head + costs[2]
         else:
             cost = self.s.tokenizer.count(block + separator)
         self._block_costs[n] = (header, cost)
         return cost
+
+    def _body_tokens(self, n: int, body: str, separator: str) -> int:
+        """Tokens of a page's body with the separator after it. A sealed page's body was counted
+        exactly when it was packed (Page.tokens, by the packer's tokenizer): when that is the one
+        the context is counted with, only the body's last words are counted again with the
+        separator (Tokenizer.count_extended)."""
+        page = self.s.pages.get(n)
+        if page is not None and page.text == body and self.s.packer.tokenizer is self.s.tokenizer and page.tokens > 0:
+            return self.s.tokenizer.count_extended(body, page.tokens, separator)
+        return self.s.tokenizer.count(body + separator)
 
     def line_tokens(self, line: str) -> int:
         """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""
