@@ -63,43 +63,58 @@ class Renderer:
             return cached[1]
         limit = header_reserve(self.s.page_tokens)
         base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
-        text = f"[{page_id(n)}]"
-        count = self._header_counter(n, date, keywords)
+        if self._parts_exact(date, keywords):
+            cut, line = self._fit_by_parts(n, date, keywords, limit)
+        else:
+            cut, line = self._fit_counted(base, keywords, limit), None
+        if cut < 0:
+            text = f"[{page_id(n)}]"
+        else:
+            text = f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]"
+        # the header with its newline, as block_tokens counts it (None: count it there)
+        self._headers[n] = (key, text, line)
+        return text
+
+    def _fit_by_parts(self, n: int, date: str, keywords: tuple[str, ...], limit: int) -> tuple[int, int]:
+        """(how many bookmarks fit the header, -1 for not even its date; the tokens of that header with
+        its newline), from the exact counts of its parts (_header_parts): adding a bookmark adds its
+        parts' tokens, so the most that fit are found in one pass."""
+        part = self._part_tokens
+        head = self._header_parts(n, date, (), "")
+        if head + part("]") > limit:
+            return -1, self._header_parts(n, "", (), "]\n")
+        used = head + part("]") + part(" · bookmarks:") - part(",")
+        cut = 0
+        for keyword in keywords:
+            used += self._keyword_tokens(keyword) + part(",")
+            if used > limit:
+                break
+            cut += 1
+        return cut, self._header_parts(n, date, keywords[:cut], "]\n")
+
+    def _fit_counted(self, base: str, keywords: tuple[str, ...], limit: int) -> int:
+        """How many bookmarks fit the header (-1 for not even its date), by counting whole headers."""
+        count = self.s.tokenizer.count
         # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
-        room = limit - count(0) - 3
+        room = limit - count(base + "]") - 3
         cut, used = 0, 0
         for keyword in keywords:
             used += self._keyword_tokens(keyword) + 1
             if used > room:
                 break
             cut += 1
+
         def render(k: int) -> str:
             return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
 
         for cut in range(cut, -1, -1):  # noqa: B020 - the estimate is cautious: step down until it fits ...
-            if count(cut) <= limit:
-                text = render(cut)
+            if count(render(cut)) <= limit:
                 break
         else:
-            cut = -1
-        while 0 <= cut < len(keywords) and count(cut + 1) <= limit:
+            return -1
+        while cut < len(keywords) and count(render(cut + 1)) <= limit:
             cut += 1  # ... then up while one more keyword still fits
-            text = render(cut)
-        # the header with its newline, as block_tokens counts it (None: count it there)
-        shown_date, shown = (date, keywords[:cut]) if cut >= 0 else ("", ())
-        line = self._header_parts(n, shown_date, shown, "]\n") if self._parts_exact(shown_date, shown) else None
-        self._headers[n] = (key, text, line)
-        return text
-
-    def _header_counter(self, n: int, date: str, keywords: tuple[str, ...]):
-        """k → exact tokens of the header with its first k bookmarks (header() renders it)."""
-        base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
-
-        def count(k: int) -> int:
-            if self._parts_exact(date, keywords[:k]):
-                return self._header_parts(n, date, keywords[:k], "]")
-            return self.s.tokenizer.count(f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]")
-        return count
+        return cut
 
     @staticmethod
     def _parts_exact(date: str, keywords: tuple[str, ...]) -> bool:
@@ -118,11 +133,11 @@ class Renderer:
         against the whole count."""
         part = self._part_tokens
         digits = str(n)
-        cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + part(end)
+        cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + (part(end) if end else 0)
         if date:
             cost += part(" · " + date)
         if keywords:
-            cost += part(" · bookmarks:") + (len(keywords) - 1) * part(",") + sum(part(" " + k) for k in keywords)
+            cost += part(" · bookmarks:") + (len(keywords) - 1) * part(",") + sum(map(self._keyword_tokens, keywords))
         return cost
 
     def _part_tokens(self, text: str) -> int:
