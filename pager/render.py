@@ -32,6 +32,7 @@ class Renderer:
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self._part_costs: dict[str, int] = {}
+        self._map_count: tuple[str, int] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
         self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
@@ -185,6 +186,13 @@ class Renderer:
         if page is not None and page.text == body and self.s.packer.tokenizer is self.s.tokenizer and page.tokens > 0:
             return self.s.tokenizer.count_extended(body, page.tokens, separator)
         return self.s.tokenizer.count(body + separator)
+
+    def count_map(self, text: str) -> int:
+        """Tokens of a memory map; the last one counted is kept (render_map counts it, then assembly)."""
+        held = self._map_count
+        if held is None or held[0] != text:
+            held = self._map_count = (text, self.s.tokenizer.count(text))
+        return held[1]
 
     def line_tokens(self, line: str) -> int:
         """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""
