@@ -84,14 +84,14 @@ class Renderer:
         head = self._header_parts(n, date, (), "")
         if head + part("]") > limit:
             return -1, self._header_parts(n, "", (), "]\n")
-        used = head + part("]") + part(" · bookmarks:") - part(",")
-        cut = 0
+        fitted, cut = head, 0   # the header so far without its "]"
+        used = head + part(" · bookmarks:") - part(",")
         for keyword in keywords:
             used += self._keyword_tokens(keyword) + part(",")
-            if used > limit:
+            if used + part("]") > limit:
                 break
-            cut += 1
-        return cut, self._header_parts(n, date, keywords[:cut], "]\n")
+            fitted, cut = used, cut + 1
+        return cut, fitted + part("]\n")
 
     def _fit_counted(self, base: str, keywords: tuple[str, ...], limit: int) -> int:
         """How many bookmarks fit the header (-1 for not even its date), by counting whole headers."""

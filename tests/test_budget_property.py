@@ -117,3 +117,25 @@ def test_a_header_counts_as_its_parts(n, date, keywords, encoding):
     header = f"{base} · bookmarks: {', '.join(keywords)}]" if keywords else base + "]"
     assert render._header_parts(n, date, keywords, "]") == tokenizer.count(header)
     assert render._header_parts(n, date, keywords, "]\n") == tokenizer.count(header + "\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(min_value=1, max_value=10**7), date=st.sampled_from(["", "8 May 2023", "12 December 1999", "x"]),
+       keywords=st.lists(st.from_regex(r"[a-z][a-z ]{0,14}[a-z0-9]", fullmatch=True), max_size=4),
+       limit=st.integers(min_value=3, max_value=40), encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_header_fit_by_parts_is_the_counted_fit(n, date, keywords, limit, encoding):
+    """The header's bookmarks fitted from its parts' counts are those the whole-header counts fit, and
+    the tokens it keeps for the header with its newline are that header's count."""
+    from types import SimpleNamespace
+
+    from pager.render import Renderer
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    render = Renderer(SimpleNamespace(tokenizer=tokenizer))
+    keywords = tuple(keywords)
+    base = "[" + " · ".join([f"p{n}"] + ([date] if date else []))
+    cut, line = render._fit_by_parts(n, date, keywords, limit)
+    assert cut == render._fit_counted(base, keywords, limit)
+    header = f"[p{n}]" if cut < 0 else (f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]")
+    assert line == tokenizer.count(header + "\n")
