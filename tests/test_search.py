@@ -238,3 +238,28 @@ def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
             bm25._arrays, bm25._length_array = {}, np.zeros(0, dtype=np.float32)
             assert np.array_equal(grown_scores, bm25.scores(query)), i
     assert len(s.pages) > 20
+
+
+def test_top_k_selects_what_argpartition_selects():
+    """search.top_k ranks only the values above a floor of block maxima: it returns the indices
+    argpartition would (ties at the cut decided by argpartition itself), for values with
+    and without ties, zeros, and -inf; seeds printed on failure."""
+    import numpy as np
+
+    from pager.search import top_k
+
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        n, k = int(rng.integers(1, 30_000)), int(rng.integers(1, 300))
+        values = rng.random(n).astype(np.float32)
+        if seed % 4 == 1:
+            values[rng.random(n) < 0.7] = 0
+        elif seed % 4 == 2:
+            values = np.round(values * 5).astype(np.float32)   # ties everywhere, at the cut too
+        elif seed % 4 == 3:
+            values[rng.random(n) < 0.1] = -np.inf
+        got = top_k(values, k)
+        if k >= n:
+            assert sorted(got.tolist()) == list(range(n)), seed
+            continue
+        assert sorted(got.tolist()) == sorted(np.argpartition(-values, k - 1)[:k].tolist()), seed
