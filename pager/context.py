@@ -548,7 +548,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
     resident_set = set(resident)
     order = [n for n in focus if n not in resident_set]
     first = set(order)
-    recent = (n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in first)
+    recent = (n for n in session.render.newest_first() if n not in resident_set and n not in first)
     lines: list[str] = []
     budget = reserve - count(text)
     for n in itertools.chain(order, recent):

@@ -33,6 +33,7 @@ class Renderer:
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self._part_costs: dict[str, int] = {}
         self._map_count: tuple[str, int] | None = None
+        self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
         self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
@@ -186,6 +187,14 @@ class Renderer:
         if page is not None and page.text == body and self.s.packer.tokenizer is self.s.tokenizer and page.tokens > 0:
             return self.s.tokenizer.count_extended(body, page.tokens, separator)
         return self.s.tokenizer.count(body + separator)
+
+    def newest_first(self) -> list[int]:
+        """The sealed pages' numbers, newest first (the map lists recent pages; pages are never removed,
+        so the list changes only when one is added)."""
+        held = self._newest
+        if held is None or held[0] != len(self.s.pages):
+            held = self._newest = (len(self.s.pages), sorted(self.s.pages, reverse=True))
+        return held[1]
 
     def count_map(self, text: str) -> int:
         """Tokens of a memory map; the last one counted is kept (render_map counts it, then assembly)."""
