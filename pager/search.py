@@ -535,6 +535,25 @@ class Index:
             return np.zeros_like(best)
         return (weight * sums / sums.max())[episode].astype(best.dtype)
 
+    def _page_best(self, fused: np.ndarray, arrays: dict) -> np.ndarray:
+        """Each page's best piece score: np.maximum.reduceat(fused, starts), by layers instead (the first
+        piece of every page, then the second of those pages that have one, ...), as a page holds a few
+        pieces: a third of reduceat's time at 25K pieces, and the same maxima."""
+        starts = arrays["starts"]
+        layers = arrays.get("layers")
+        if layers is None:   # made once per growth of the index, as the other arrays are
+            lengths = np.diff(np.append(starts, len(fused)))
+            deepest = int(lengths.max()) if len(lengths) else 0
+            # False: a page of very many short pieces, where reduceat is as quick
+            layers = arrays["layers"] = False if deepest > 64 else \
+                [(pages, starts[pages] + j) for j in range(1, deepest) for pages in [np.flatnonzero(lengths > j)]]
+        if layers is False or not len(starts):
+            return np.maximum.reduceat(fused, starts)
+        best = fused[starts]
+        for pages, pieces in layers:
+            best[pages] = np.maximum(best[pages], fused[pieces])
+        return best
+
     @staticmethod
     def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
         """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
@@ -558,7 +577,7 @@ class Index:
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
-        best = np.maximum.reduceat(fused, starts)
+        best = self._page_best(fused, arrays)
         ends = np.append(starts[1:], len(fused))
         episode = self._episodes(best, weights["episode"])
         best = best + episode

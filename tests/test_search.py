@@ -263,3 +263,23 @@ def test_top_k_selects_what_argpartition_selects():
             assert sorted(got.tolist()) == list(range(n)), seed
             continue
         assert sorted(got.tolist()) == sorted(np.argpartition(-values, k - 1)[:k].tolist()), seed
+
+
+def test_page_best_is_the_maximum_of_each_pages_pieces():
+    """Index._page_best takes each page's best piece by layers: the same maxima as reduceat, with pages
+    of one piece, of several, and (then by reduceat) of very many; seeds printed on failure."""
+    import numpy as np
+
+    from pager.search import Index
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(1, 6, int(rng.integers(1, 3000)))
+        if seed % 3 == 0:
+            lengths[int(rng.integers(len(lengths)))] = int(rng.integers(6, 120))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        fused = rng.random(int(lengths.sum())).astype(np.float32)
+        fused[rng.random(len(fused)) < 0.3] = 0
+        arrays = {"starts": starts}
+        for _ in range(2):   # made, then kept
+            assert np.array_equal(Index(4)._page_best(fused, arrays), np.maximum.reduceat(fused, starts)), seed
