@@ -101,6 +101,7 @@ class Summaries:
         self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
         self._cache: dict = {}
+        self._lines: dict[int, tuple[Summary, str]] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -176,9 +177,13 @@ class Summaries:
         return self._cache
 
     def line(self, s: Summary) -> str:
-        """`- s3 (session 2 · p5–p9, 25 May 2023): text`."""
-        label = "so far" if s.kind == ROLLING else s.key
-        return f"- {s.id} ({label} · {s.span}, {s.date}): {s.text}"
+        """`- s3 (session 2 · p5–p9, 25 May 2023): text` (kept: a summary never changes, and the same
+        line's count is looked up question after question by the very string)."""
+        held = self._lines.get(s.n)
+        if held is None or held[0] is not s:
+            label = "so far" if s.kind == ROLLING else s.key
+            held = self._lines[s.n] = (s, f"- {s.id} ({label} · {s.span}, {s.date}): {s.text}")
+        return held[1]
 
     def to_json(self) -> list[dict]:
         return [{"id": s.id, "kind": s.kind, "key": s.key, "version": s.version, "current": self.current.get(s.key) is s,
