@@ -387,11 +387,13 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     heapq.heapify(offers)
     taken_pages, fact_tokens, next_page = 0, 0, 0
     slabs = 0
+    stale, page_value, turns_on_page = True, 0.0, {}
     while taken_pages + slabs < frames:
-        page_value, turns_on_page = 0.0, {}
-        if next_page < len(pages):
-            turns_on_page = page_turns(pages[next_page].n)
-            page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+        if stale:   # the next page's value changes only when it is taken or a fact shows a turn on it
+            page_value, turns_on_page, stale = 0.0, {}, False
+            if next_page < len(pages):
+                turns_on_page = page_turns(pages[next_page].n)
+                page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
         fact = None
         while offers:   # the best offer still standing (a fact whose turns were shown meanwhile drops)
             _, rank, turns, weight, cost = offers[0]
@@ -409,10 +411,12 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             fact_tokens += fact[2]
             shown.update(fact[1])
             slabs = -(-fact_tokens // slab_room)
+            stale = any(t in turns_on_page for t in fact[1])
         elif next_page < len(pages) and page_value > 0:
             taken_pages += 1
             next_page += 1
             shown.update(turns_on_page)
+            stale = True
         else:
             break
     return slabs

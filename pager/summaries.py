@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .facts import held_turns
+from .facts import best_first, held_turns
 from .search import similarities, terms
 
 ROLLING = "rolling"
@@ -151,8 +151,9 @@ class Summaries:
             scores /= scores.max()
         if query_vector is not None and self._vectors[live[0]].size:
             scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.items[live[j]], round(float(scores[j]), 4)) for j in order if scores[j] > 0]
+        order = best_first(scores, k)
+        order = order[scores[order] > 0]
+        return [(self.items[live[j]], round(score, 4)) for j, score in zip(order.tolist(), scores[order].tolist())]
 
     def _arrays(self) -> dict:
         """The current summaries' BM25 postings, lengths and vectors, rebuilt only when summaries were
