@@ -618,11 +618,12 @@ class Session:
     def _summarize_closed(self, closed: list[list[Turn]], made: list[Summary]) -> None:
         """The extractive producer's summaries of the closed episodes (and the rolling version) that
         `made` (the memory model's, if any) does not hold; a failure is a `memory_error` event."""
-        if all(f"e{e[0].turn}" in {x.key for x in made} for e in closed) and any(x.kind == ROLLING for x in made):
+        written = {x.key for x in made}
+        if ROLLING in written and all(f"e{e[0].turn}" in written for e in closed):
             return   # the memory model wrote them all
         producer = Extractive()
         try:   # an episode the model summarized is skipped: it is in self.summaries already
-            drafts = producer.after(self, closed, rolling=not any(x.kind == ROLLING for x in made))
+            drafts = producer.after(self, closed, rolling=ROLLING not in written)
         except Exception as exc:  # noqa: BLE001 - the embedder failed; summaries only ever add
             self.memory_error = " ".join(str(exc).split())[:300] or type(exc).__name__
             self.emit("memory_error", pages=[], error=self.memory_error)
@@ -635,7 +636,8 @@ class Session:
         call) name the pages sealed since it last did, a batch per call (all batches with force, else
         only full ones). Returns the bookmarks it wrote (writer.Written). A failing model is an event
         (`writer_error`, or `memory_error` for the memory model), never an exception: its batch keeps
-        the offline keywords, and every turn stays."""
+        the offline keywords, and every turn stays. `episodes` (closed ones, `write_memory`): the memory
+        model's last call of these also asks for their summaries, one call even with no page to name."""
         writer = self.home.writer
         written: list = []
         ask = episodes if writer is not None and writer.memory else None   # asked with the last batch
