@@ -241,9 +241,9 @@ class Session:
         for d in drafts:
             known = (self.keys.get(d.key) or batch.get(d.key)) if d.key else None
             if known:
-                out.append(replace(d, turn=known))
+                out.append(d.numbered(known))
                 continue
-            t = replace(d, turn=base + len(new) + 1)
+            t = d.numbered(base + len(new) + 1)
             new.append(t)
             out.append(t)
             if d.key:

@@ -156,8 +156,17 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     tokenizer = get_tokenizer(config.encoding)
     load_before = os.getloadavg()[0]   # the machine's load, for reading the milliseconds (the ratios hold up better)
     started = time.perf_counter()
+    phases: dict[str, float] = {}   # seconds per phase of the run, to see where a slow store spends them
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress, transient=True) as bar:
+        clock = [time.perf_counter()]
+
+        def phase(name: str) -> None:
+            now = time.perf_counter()
+            phases[name] = round(now - clock[0], 1)
+            clock[0] = now
+            if progress:
+                bar.console.print(f"{name}: {phases[name]:.1f} s", style="dim")
         with Home(config) as home:
             store, embedder = home.store, home.embedder
             background = pages - measured_pages
@@ -171,11 +180,14 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
                 written += got
                 sessions += 1
                 bar.update(task, completed=min(written, background))
+            phase("background sessions")
             task = bar.add_task("building the measured session", total=1)
             got, _ = _bulk_session(store, tokenizer, "u0", "measured", measured_pages, config.page_tokens,
                                             seed=7, embedder=embedder)
             bar.update(task, completed=1)
+            phase("measured session")
             store.compact(0)
+            phase("compaction")
             built_s = time.perf_counter() - started
         total_pages = written + got
         # open the measured session as a user would, and extend it through the durable path
@@ -183,6 +195,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             t0 = time.perf_counter()
             session = home.open()
             open_s = time.perf_counter() - t0
+            phase("open the session")
             settle()  # as the REPL and the MCP server do
             texts = TextGenerator(99).turns(ingest_turns)
             # appends of 1,000 turns, as the reference appends: one journal fsync each, acknowledged after it
@@ -190,6 +203,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             # or a proxy's smaller groups), beside it so nothing is hidden
             ingest = {size: _durable_ingest(home, session, more, size, bar)
                       for size, more in ((INGEST_APPEND, texts), (50, TextGenerator(98).turns(ingest_turns // 2)))}
+            phase("durable ingest")
             asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
                     for i in range(queries)]
             bar.stop()  # the progress display's refresh thread would compete for the GIL while timing
@@ -202,20 +216,26 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
                 t0 = time.perf_counter()
                 session.search(q, k=5)
                 searching.append((time.perf_counter() - t0) * 1000)
+            phase("paging and search")
             tiers = _tier_costs(session, asks, session.turn_count)
+            phase("tiers")
             bar.start()
             session_pages = len(session.pages)
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         with Home(config) as home:
             home.store.compact(0)
             stats = home.store.stats()
+        phase("close, compact, stats")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(home_path), "--db", config.db_uri, "search",
                         "budget review", "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
         cold_s = time.perf_counter() - t0
+        phase("cold search")
         with Home(config) as home:
             reference = _reference(home, asks, texts)
-    raw = _raw_bytes(config)
+        phase("reference")
+        raw = _raw_bytes(config)
+        phase("raw bytes")
     ingest_rate, ingest_cpu_rate = ingest[INGEST_APPEND]
     return {
         "pages": total_pages,
@@ -223,6 +243,7 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "sessions": sessions + 1,
         "measured_session_pages": session_pages,
         "build_s": round(built_s, 1),
+        "phases_s": phases,
         "open_session_s": round(open_s, 3),
         "ingest_append_turns": INGEST_APPEND,
         "ingest_turns_per_s": round(ingest_rate, 1),
