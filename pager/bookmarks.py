@@ -59,8 +59,10 @@ _DATE = re.compile(
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{2,}")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
 # what every identifier match needs (a dotted or underscored word, or a lower-case letter before a
-# capital), so a page without one skips _IDENT's slower scan
-_IDENT_HINT = re.compile(r"\w[._]\w|[a-z][A-Z]")
+# capital), so a page without one skips _IDENT's slower scan; each pattern starts at the rarer
+# character, which the regex engine looks for first
+_IDENT_DOT = re.compile(r"[._](?<=\w[._])(?=\w)")
+_IDENT_CAMEL = re.compile(r"[A-Z](?<=[a-z][A-Z])")
 _DATE_MARKER = re.compile(r"^\([^()]*\)$")  # the packer's "(9 May 2023)" line where the date changes
 
 
@@ -89,14 +91,14 @@ def extract(text: str, limit: int = 6) -> list[str]:
         phrase = _trim_name(match.group(0))
         if phrase:
             add(phrase, 3.0 + 0.5 * phrase.count(" "))
-    for match in _IDENT.finditer(body) if "`" in body or _IDENT_HINT.search(body) else ():
+    for match in _IDENT.finditer(body) if _may_hold_identifier(body) else ():
         add(match.group(1) or match.group(2), 3.0)
     for match in _CJK.finditer(body) if not body.isascii() else ():
         run = match.group(0)
         add(run if len(run) <= 8 else run[:8], 2.5)
     for match in _NUMBER.finditer(body):
         number = match.group(0).strip()
-        if len(re.sub(r"\D", "", number)) >= 2 or not number.isdigit():
+        if sum(map(str.isdecimal, number)) >= 2 or not number.isdigit():   # two digits (\d is isdecimal)
             add(number, 2.0)
     words = Counter(w.lower() for w in _WORD.findall(body))
     for word, count in words.items():
@@ -141,6 +143,10 @@ def singular(phrase: str) -> str:
         else:
             last = last[:-1]
     return f"{head} {last}" if head else last
+
+
+def _may_hold_identifier(body: str) -> bool:
+    return "`" in body or _IDENT_DOT.search(body) is not None or _IDENT_CAMEL.search(body) is not None
 
 
 def _strip_speaker(line: str) -> str:

@@ -47,7 +47,7 @@ def _release_extract(text, monkeypatch_like):
     """extract() with the release's date pattern and no scan skipped."""
     with monkeypatch_like.context() as m:
         m.setattr(bm, "_DATE", RELEASE_DATE)
-        m.setattr(bm, "_IDENT_HINT", re.compile(""))   # matches everywhere: the identifier scan always runs
+        m.setattr(bm, "_may_hold_identifier", lambda body: True)   # the identifier scan always runs
         return bm.extract(text)
 
 
