@@ -124,3 +124,31 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
     assert fast[0] == plain[0]
     assert fast[1] == plain[1]
     assert np.array_equal(fast[2][0], plain[2][0]) and np.array_equal(fast[2][1], plain[2][1])
+
+
+def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
+    """`bench scale` writes its background sessions in large appends, past Store.put: the same rows."""
+    from pager.bench.scale import _Bulk, _bulk_session
+    from pager.store import LanceStore
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer("cl100k_base")
+
+    def build(bulk: bool):
+        store = LanceStore(str(tmp_path / f"db{bulk}"), dim=8)
+        sink = _Bulk(store, size=500) if bulk else store
+        for i in range(4):
+            _bulk_session(sink, tokenizer, f"u{i % 2}", f"s{i}", 300, 128, seed=i + 10)
+        if bulk:
+            sink.flush()
+        store.refresh()
+        out = {}
+        for i in range(4):
+            pages, vectors = store.pages(f"u{i % 2}", f"s{i}")
+            out[i] = ([t.to_dict() for t in store.turns(f"u{i % 2}", f"s{i}")], pages,
+                      [np.asarray(v).tobytes() for v in vectors])
+        return out
+
+    bulk, plain = build(True), build(False)
+    assert all(len(bulk[i][1]) == 300 for i in range(4))
+    assert bulk == plain
