@@ -58,9 +58,12 @@ def stem(word: str) -> str:
 
 def terms(text: str) -> list[str]:
     """BM25 terms: lower-cased, stemmed words without stopwords; CJK as character bigrams."""
+    tokens = _TOKEN.findall(text.lower())
+    if text.isascii():   # no CJK characters: every token is a word (the loop below, without its bigrams)
+        return [term for term in map(_term, tokens) if term is not None]
     out: list[str] = []
     cjk: list[str] = []
-    for tok in _TOKEN.findall(text.lower()) + [""]:
+    for tok in tokens + [""]:
         if len(tok) == 1 and ord(tok) > 0x3000:
             cjk.append(tok)
             continue
@@ -156,10 +159,13 @@ class BM25:
         doc = len(self.lengths)
         self.lengths.append(len(words))
         self.total += len(words)
+        postings = self.postings
         for word, tf in Counter(words).items():
-            docs, tfs = self.postings.setdefault(word, ([], []))
-            docs.append(doc)
-            tfs.append(tf)
+            posting = postings.get(word)
+            if posting is None:
+                posting = postings[word] = ([], [])
+            posting[0].append(doc)
+            posting[1].append(tf)
         return doc
 
     def _posting(self, word: str) -> tuple[np.ndarray, np.ndarray] | None:
