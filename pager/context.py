@@ -387,7 +387,8 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     heapq.heapify(offers)
     taken_pages, fact_tokens, next_page = 0, 0, 0
     slabs = 0
-    stale, page_value, turns_on_page = True, 0.0, {}
+    stale, page_value = True, 0.0
+    turns_on_page: dict[int, float] = {}
     while taken_pages + slabs < frames:
         if stale:   # the next page's value changes only when it is taken or a fact shows a turn on it
             page_value, turns_on_page, stale = 0.0, {}, False
