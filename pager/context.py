@@ -507,10 +507,12 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     prefix_tokens = count(prefix) if prefix else 0
     message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
 
+    map_tokens = session.render.count_map(memory_map)   # render_map has just counted it, most often
+
     def memory_tokens() -> int:
         if not blocks:
-            return count(memory_map)
-        return count(memory_map + SEPARATOR) + sum(costs)
+            return map_tokens
+        return session.tokenizer.count_extended(memory_map, map_tokens, SEPARATOR) + sum(costs)
 
     def total(memory: int) -> int:
         if not chat:
@@ -531,7 +533,6 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
         used = total(memory)
     text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
-    map_tokens = count(memory_map)
     state_tokens = costs[0] if state else 0
     summary_tokens = costs[1 if state else 0] if summaries else 0
     fact_tokens = sum(costs[bool(state) + bool(summaries) : fixed])
@@ -605,7 +606,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
     resident_set = set(resident)
     order = [n for n in focus if n not in resident_set]
     first = set(order)
-    recent = (n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in first)
+    recent = (n for n in session.render.newest_first() if n not in resident_set and n not in first)
     lines: list[str] = []
     budget = reserve - count(text)
     for n in itertools.chain(order, recent):
@@ -620,7 +621,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         lines.append(line)
         budget -= cost
     full = text + ("\n" + "\n".join(lines) if lines else "")
-    while lines and session.tokenizer.count(full) > reserve:
+    while lines and session.render.count_map(full) > reserve:
         lines.pop()
         full = text + ("\n" + "\n".join(lines) if lines else "")
     return full

@@ -85,6 +85,7 @@ class Session:
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
+        self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -245,9 +246,9 @@ class Session:
         for d in drafts:
             known = (self.keys.get(d.key) or batch.get(d.key)) if d.key else None
             if known:
-                out.append(replace(d, turn=known))
+                out.append(d.numbered(known))
                 continue
-            t = replace(d, turn=base + len(new) + 1)
+            t = d.numbered(base + len(new) + 1)
             new.append(t)
             out.append(t)
             if d.key:
@@ -368,6 +369,10 @@ class Session:
 
     def _embed_pending(self) -> None:
         """Embed newly sealed pages in one batch and index them."""
+        while self.embedding_early:   # the helper's vectors for turns this process accepted (Home._embed_early)
+            future, accepted = self.embedding_early.pop(0)
+            vectors = _early_vectors(future)
+            self.embedded_early.update((t, vectors[t]) for t in accepted if t in vectors)
         pages = self._unembedded
         if not pages:
             return
@@ -486,7 +491,8 @@ class Session:
             self.counters["hits"] += 1
             self.emit("hit", page=page_id(n), reason=reason)
             return False
-        self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
+        if self.frames.free_slot() is None:   # automatic paging made room for its whole batch already
+            self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
         self.frames.place(entry)
         entry.fault_count += 1
         self._use(entry)
@@ -1003,6 +1009,15 @@ class Session:
             batch.states[self.key()] = state
             self._state_stored = state
         return batch
+
+
+def _early_vectors(early) -> dict:
+    """What Home._embed_early made, once it is done ({} if embedding failed: the pages are then
+    embedded as usual, and that embedding reports the failure)."""
+    try:
+        return early.result()
+    except Exception:  # noqa: BLE001 - the usual path embeds again and raises there
+        return {}
 
 
 def _turn_record(t: Turn) -> dict:
