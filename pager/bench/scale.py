@@ -323,7 +323,8 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     older ones on their subject, as a memory model writes them), a working state of 12 keys, and
     episode summaries (one per 50 turns) with a rolling one; then each question is assembled with
     the tiers and without them (the session's facts, state and summaries set aside), in alternating
-    order so neither side always follows the other."""
+    order so neither side always follows the other, each from the same paging state (the one the
+    question found), so that neither pays for or profits from the frames the other left."""
     from ..facts import Draft, Facts
     from ..state import State
     from ..summaries import Draft as SummaryDraft, Summaries
@@ -355,7 +356,9 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     cpu: dict[bool, list[float]] = {True: [], False: []}
     shown: list = []
     for i, q in enumerate(asks):
+        start = session.paging_state()   # both sides start from the same frames: neither inherits the other's
         for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
+            session.load_paging_state(start)
             session.facts, session.state, session.summaries = tiers
             t0, c0 = time.perf_counter(), time.process_time()
             ctx = build(session, q, prefix="You are a helpful assistant.", budget=8192)
