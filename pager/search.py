@@ -398,8 +398,10 @@ class Index:
         weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
         arrays = self._arrays()
         if named:
-            ids = [self.speaker_ids[s] for s in named if s in self.speaker_ids]
-            signals["speaker"] = np.isin(arrays["speaker"], ids).astype(np.float32)
+            # a float per speaker id, read at every piece: np.isin's sort, without the sort
+            named_ids = np.zeros(len(self.speaker_ids) + 1, dtype=np.float32)
+            named_ids[[self.speaker_ids[s] for s in named if s in self.speaker_ids]] = 1.0
+            signals["speaker"] = named_ids[arrays["speaker"]]
         span = date_range(query, now if now is not None else time.time())
         if span:
             ts = arrays["ts"]
@@ -452,7 +454,11 @@ class Index:
         kind = self._arrays()["kind"]
         self._cache["echoed"] = set()   # for this search's explanation (see _pages)
         if self._cache["quotes"]:
-            fused = np.where(kind == QUOTE, fused * ECHO, fused).astype(fused.dtype)
+            quotes = self._cache.get("quote_pieces")
+            if quotes is None:   # once per growth of the index, as the other arrays are
+                quotes = self._cache["quote_pieces"] = np.flatnonzero(kind == QUOTE)
+            fused = fused.copy()
+            fused[quotes] *= ECHO
         m = min(pool, len(fused))
         best = top_k(fused, m)
         names = self._cache.get("speaker_terms")   # _arrays() above: the cache is for these pieces, so these speakers
@@ -472,18 +478,31 @@ class Index:
         names = self._cache.get("speaker_stems")
         if names is None:
             names = self._cache["speaker_stems"] = {stem(s) for s in self.speakers}
+        shares = self._cache.setdefault("term_shares", {})   # piece → its terms' tf / length, in first-seen order
+        rarity = self._cache.get("rarity")                   # word → its idf, while no piece is added
+        if rarity is None or rarity[0] != n:
+            rarity = self._cache["rarity"] = (n, {})
+        idfs, postings = rarity[1], self.bm25.postings
         scores: Counter = Counter()
         best = top_k(fused, reads)
         for piece in best.tolist():
-            words = self.piece_terms[piece]
-            if not words or fused[piece] <= 0:
+            value = float(fused[piece])
+            if value <= 0:
                 continue
-            for word, tf in Counter(words).items():
+            own = shares.get(piece)
+            if own is None:
+                words = self.piece_terms[piece]
+                own = shares[piece] = [(word, tf / len(words)) for word, tf in Counter(words).items()]
+            for word, share in own:
                 if word in weighted or word in names:
                     continue
-                df = len(self.bm25.postings[word][0])
-                if df > 1:   # a word of one piece only cannot lead to another
-                    scores[word] += tf / len(words) * float(fused[piece]) * math.log(1 + (n - df + 0.5) / (df + 0.5))
+                idf = idfs.get(word)
+                if idf is None:
+                    df = len(postings[word][0])
+                    # a word of one piece only cannot lead to another
+                    idf = idfs[word] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df > 1 else 0.0
+                if idf:
+                    scores[word] += share * value * idf
         chosen = scores.most_common(count)
         return {word: weight * value / chosen[0][1] for word, value in chosen} if chosen else {}
 
@@ -587,7 +606,10 @@ class Index:
         ends = np.append(starts[1:], len(fused))
         episode = self._episodes(best, weights["episode"])
         best = best + episode
-        around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
+        # the better neighbour's score (in float64, as np.append made it before: the scores stay the same)
+        around = np.zeros(len(best), dtype=np.float64)
+        around[:-1] = best[1:]
+        np.maximum(around[1:], best[:-1], out=around[1:])
         score = best + weights["neighbour"] * around
         position = arrays["position"]
         marks = self._marks(bookmark_hits, numbers)   # per page, as score is
