@@ -580,6 +580,22 @@ class Index:
         return best
 
     @staticmethod
+    def _first_best(fused: np.ndarray, starts: np.ndarray, ends: np.ndarray, maxima: np.ndarray) -> list[int]:
+        """Each page's first piece holding its best score (fused[start:end].argmax() per page), for all the
+        pages at once: every page's pieces in a row, compared with its maximum, the first equal one kept."""
+        lengths = ends - starts
+        if not len(lengths):
+            return []
+        at = np.cumsum(lengths) - lengths                     # where each page's pieces begin in the row
+        ids = np.arange(int(lengths.sum())) + np.repeat(starts - at, lengths)
+        equal = np.flatnonzero(fused[ids] == np.repeat(maxima, lengths))
+        page = np.repeat(np.arange(len(lengths)), lengths)[equal]
+        first = equal[np.flatnonzero(np.diff(page, prepend=-1))]
+        if len(first) != len(lengths):   # a page without its maximum (a NaN score): ask argmax, as before
+            return [start + int(fused[start:end].argmax()) for start, end in zip(starts.tolist(), ends.tolist())]
+        return ids[first].tolist()
+
+    @staticmethod
     def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
         """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
         pages, weights = bookmark_hits
@@ -602,7 +618,7 @@ class Index:
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
-        best = self._page_best(fused, arrays)
+        best = page_max = self._page_best(fused, arrays)
         ends = np.append(starts[1:], len(fused))
         episode = self._episodes(best, weights["episode"])
         best = best + episode
@@ -630,7 +646,7 @@ class Index:
         top_pages = top_k(score, k)
         top_pages = top_pages[np.isfinite(score[top_pages])]
         # the first best piece of each page; then every signal read at those pieces at once
-        pieces = [start + int(fused[start:end].argmax()) for start, end in zip(starts[top_pages].tolist(), ends[top_pages].tolist())]
+        pieces = self._first_best(fused, starts[top_pages], ends[top_pages], page_max[top_pages])
         names = list(signals)
         values = np.stack([signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
         kinds, echoed = arrays["kind"][pieces].tolist(), arrays["echoed"]

@@ -205,3 +205,20 @@ def test_search_matches_the_full_implementation(tmp_path, seed):
         assert got == want, f"seed {seed}, query {q}: {query!r}"
         assert scored.dtype == scored_full.dtype and np.array_equal(scored, scored_full), f"seed {seed}, query {q}"
         assert fast._cache["echoed"] == full._cache["echoed"], f"seed {seed}, query {q}"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_best_piece_is_argmaxs(seed):
+    """Each page's first piece holding its best score, as argmax over the page's pieces finds it: ties
+    (few distinct values), pages of one piece, and pages whose best score is NaN."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, rng.integers(1, 300))
+    starts = np.cumsum(lengths) - lengths
+    fused = rng.integers(0, 4, int(lengths.sum())).astype(np.float32)
+    if seed % 4 == 0:
+        fused[rng.integers(0, len(fused), 3)] = np.nan
+    ends = starts + lengths
+    maxima = np.maximum.reduceat(fused, starts)
+    chosen = rng.permutation(len(starts))[: rng.integers(1, len(starts) + 1)]
+    want = [s + int(fused[s:e].argmax()) for s, e in zip(starts[chosen].tolist(), ends[chosen].tolist())]
+    assert Index._first_best(fused, starts[chosen], ends[chosen], maxima[chosen]) == want, f"seed {seed}"
