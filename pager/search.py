@@ -398,8 +398,10 @@ class Index:
         weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
         arrays = self._arrays()
         if named:
-            ids = [self.speaker_ids[s] for s in named if s in self.speaker_ids]
-            signals["speaker"] = np.isin(arrays["speaker"], ids).astype(np.float32)
+            # a float per speaker id, read at every piece: np.isin's sort, without the sort
+            named_ids = np.zeros(len(self.speaker_ids) + 1, dtype=np.float32)
+            named_ids[[self.speaker_ids[s] for s in named if s in self.speaker_ids]] = 1.0
+            signals["speaker"] = named_ids[arrays["speaker"]]
         span = date_range(query, now if now is not None else time.time())
         if span:
             ts = arrays["ts"]
@@ -452,7 +454,11 @@ class Index:
         kind = self._arrays()["kind"]
         self._cache["echoed"] = set()   # for this search's explanation (see _pages)
         if self._cache["quotes"]:
-            fused = np.where(kind == QUOTE, fused * ECHO, fused).astype(fused.dtype)
+            quotes = self._cache.get("quote_pieces")
+            if quotes is None:   # once per growth of the index, as the other arrays are
+                quotes = self._cache["quote_pieces"] = np.flatnonzero(kind == QUOTE)
+            fused = fused.copy()
+            fused[quotes] *= ECHO
         m = min(pool, len(fused))
         best = top_k(fused, m)
         names = self._cache.get("speaker_terms")   # _arrays() above: the cache is for these pieces, so these speakers
@@ -472,18 +478,31 @@ class Index:
         names = self._cache.get("speaker_stems")
         if names is None:
             names = self._cache["speaker_stems"] = {stem(s) for s in self.speakers}
+        shares = self._cache.setdefault("term_shares", {})   # piece → its terms' tf / length, in first-seen order
+        rarity = self._cache.get("rarity")                   # word → its idf, while no piece is added
+        if rarity is None or rarity[0] != n:
+            rarity = self._cache["rarity"] = (n, {})
+        idfs, postings = rarity[1], self.bm25.postings
         scores: Counter = Counter()
         best = top_k(fused, reads)
         for piece in best.tolist():
-            words = self.piece_terms[piece]
-            if not words or fused[piece] <= 0:
+            value = float(fused[piece])
+            if value <= 0:
                 continue
-            for word, tf in Counter(words).items():
+            own = shares.get(piece)
+            if own is None:
+                words = self.piece_terms[piece]
+                own = shares[piece] = [(word, tf / len(words)) for word, tf in Counter(words).items()]
+            for word, share in own:
                 if word in weighted or word in names:
                     continue
-                df = len(self.bm25.postings[word][0])
-                if df > 1:   # a word of one piece only cannot lead to another
-                    scores[word] += tf / len(words) * float(fused[piece]) * math.log(1 + (n - df + 0.5) / (df + 0.5))
+                idf = idfs.get(word)
+                if idf is None:
+                    df = len(postings[word][0])
+                    # a word of one piece only cannot lead to another
+                    idf = idfs[word] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df > 1 else 0.0
+                if idf:
+                    scores[word] += share * value * idf
         chosen = scores.most_common(count)
         return {word: weight * value / chosen[0][1] for word, value in chosen} if chosen else {}
 
@@ -561,6 +580,22 @@ class Index:
         return best
 
     @staticmethod
+    def _first_best(fused: np.ndarray, starts: np.ndarray, ends: np.ndarray, maxima: np.ndarray) -> list[int]:
+        """Each page's first piece holding its best score (fused[start:end].argmax() per page), for all the
+        pages at once: every page's pieces in a row, compared with its maximum, the first equal one kept."""
+        lengths = ends - starts
+        if not len(lengths):
+            return []
+        at = np.cumsum(lengths) - lengths                     # where each page's pieces begin in the row
+        ids = np.arange(int(lengths.sum())) + np.repeat(starts - at, lengths)
+        equal = np.flatnonzero(fused[ids] == np.repeat(maxima, lengths))
+        page = np.repeat(np.arange(len(lengths)), lengths)[equal]
+        first = equal[np.flatnonzero(np.diff(page, prepend=-1))]
+        if len(first) != len(lengths):   # a page without its maximum (a NaN score): ask argmax, as before
+            return [start + int(fused[start:end].argmax()) for start, end in zip(starts.tolist(), ends.tolist())]
+        return ids[first].tolist()
+
+    @staticmethod
     def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
         """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
         pages, weights = bookmark_hits
@@ -583,11 +618,14 @@ class Index:
     def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
-        best = self._page_best(fused, arrays)
+        best = page_max = self._page_best(fused, arrays)
         ends = np.append(starts[1:], len(fused))
         episode = self._episodes(best, weights["episode"])
         best = best + episode
-        around = np.maximum(np.append(best[1:], 0.0), np.insert(best[:-1], 0, 0.0))
+        # the better neighbour's score (in float64, as np.append made it before: the scores stay the same)
+        around = np.zeros(len(best), dtype=np.float64)
+        around[:-1] = best[1:]
+        np.maximum(around[1:], best[:-1], out=around[1:])
         score = best + weights["neighbour"] * around
         position = arrays["position"]
         marks = self._marks(bookmark_hits, numbers)   # per page, as score is
@@ -608,7 +646,7 @@ class Index:
         top_pages = top_k(score, k)
         top_pages = top_pages[np.isfinite(score[top_pages])]
         # the first best piece of each page; then every signal read at those pieces at once
-        pieces = [start + int(fused[start:end].argmax()) for start, end in zip(starts[top_pages].tolist(), ends[top_pages].tolist())]
+        pieces = self._first_best(fused, starts[top_pages], ends[top_pages], page_max[top_pages])
         names = list(signals)
         values = np.stack([signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
         kinds, echoed = arrays["kind"][pieces].tolist(), arrays["echoed"]
