@@ -1,8 +1,9 @@
 """Context assembly: what the model sees, never a token over the budget.
 
 Order (DESIGN.md step 3): the static prefix (system prompt, tool schemas: byte-stable across
-turns, so provider prompt caches hit), the memory map, the working state, the resident pages in
-conversation order each under its header, then the current message. The budget goes first to
+turns, so provider prompt caches hit), the memory map, the working state, the episode summaries,
+the fact slabs (and, with `excerpt_slabs`, excerpt slabs: whole turns of pages on disk), the
+resident pages in conversation order each under its header, then the current message. The budget goes first to
 the message, then to the state (up to `state_share` of what is left, always leaving one frame),
 then to the frames.
 
