@@ -183,13 +183,29 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     if autopage:
         session.autopage(message, hits=hits)
     resident = set(session.resident())
-    packed = pack_slabs(session, [(f, line) for f, line, _ in ranked if not (f.pages and set(f.pages) <= resident)],
-                        fact_slabs)
+    packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked
+                                               if not (f.pages and set(f.pages) <= resident)]), fact_slabs)
     told = {t for slab in packed for f, _ in slab for t in f.turns}
     lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
              if item[0].page not in resident and item[0].turn not in told]
     packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
     return packed, (hits if autopage else [])
+
+
+def breadth_first(facts: list[tuple]) -> list[tuple]:
+    """Facts in rank order, those telling a turn no fact before them told first, then the others:
+    a second fact of the same turn is shown only when the slabs have room left for it (coverage,
+    third round of issue 14: a small gain on 8 of the 24 conversation × budget cells, a loss on 1)."""
+    told: set[int] = set()
+    first, again = [], []
+    for item in facts:
+        turns = set(item[0].turns)
+        if turns and turns <= told:
+            again.append(item)
+        else:
+            first.append(item)
+            told |= turns
+    return first + again
 
 
 def told_turns(session: Session) -> set[int]:

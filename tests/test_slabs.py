@@ -57,6 +57,22 @@ def test_a_fact_whose_page_is_shown_takes_no_room(tmp_path):
     home.journal.close(remove=True)
 
 
+def test_a_second_fact_of_a_turn_waits_for_the_facts_of_other_turns(tmp_path):
+    home, s = trips_home(tmp_path)
+    lisbon = s.facts.items[0].turns
+    s.add_facts([Draft(f"lisbon {i}", f"Maya visited Lisbon and the cities of its harbour, day {i}.", lisbon)
+                 for i in range(8)], "script")
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    shown = [s.facts.items[n - 1] for n in ctx.facts]
+    told = [t for f in shown for t in f.turns]
+    resident = set(ctx.pages)
+    # a trip fact not shown though its turn is told by nothing in view
+    waiting = [f for f in s.facts.items[:8] if not set(f.turns) & set(told) and not set(f.pages) <= resident]
+    assert len(told) > len(set(told)), "the slabs have room for a second fact of a turn"
+    assert not waiting, ("a turn was told twice while another waited", told, [f.id for f in waiting])
+    home.journal.close(remove=True)
+
+
 def test_a_fact_ranks_by_the_piece_it_came_from(tmp_path):
     home, s = trips_home(tmp_path)
     # two facts with the same words; the search scores the turn of the second one higher
