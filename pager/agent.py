@@ -203,7 +203,7 @@ class Agent:
                 calls.append({**call, "result": result})
             if theirs:   # pager's own calls of this step are done; the caller runs its own and comes back
                 s.emit("client_calls", step=step, calls=[{"id": c["id"], "name": c["name"]} for c in theirs])
-                self.session.write_bookmarks()
+                self.session.write_memory()
                 return Reply(reply.text, step, calls, client_calls=theirs)
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
@@ -261,7 +261,7 @@ class Agent:
         if text.strip():
             key = self._reply_key(text) if self._reply_key else ""
             self.session.append("assistant", text, role="assistant", ts=self._ts, origin="agent", key=key)
-        self.session.write_bookmarks()   # a call to the bookmark model once a batch of pages has sealed
+        self.session.write_memory()   # the bookmark model's batch; summaries of episodes that closed
         return Reply(text, steps, calls)
 
     def _fail(self, step: int, calls: list[dict], error: str) -> Reply:

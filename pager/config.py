@@ -28,6 +28,7 @@ ENV = {
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
     "PAGER_MEMORY_MODEL": "memory_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
+    "PAGER_LIVE_SUMMARIES": "live_summaries",
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",
@@ -76,6 +77,7 @@ class Config:
     fact_share: float = 0.5      # the most of the frames fact slabs may take; how many they take is decided per message
     summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     excerpt_slabs: int = 0       # frames of excerpts (a turn no fact tells, of a page found but not held) with facts; 0: off
+    live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     max_steps: int = 8           # model calls per user message before the loop stops
@@ -183,6 +185,12 @@ class Config:
 
 
 def _coerce(name: str, type_name: str, raw: str, source: str):
+    if type_name == "bool":
+        if raw.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.strip().lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{source}={raw!r} is not on or off; set {source}=1 or {source}=0")
     try:
         if type_name == "int":
             return int(raw)

@@ -371,49 +371,92 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     """(fact, its line, its weight) for the facts the message is about, best first: by the fact's own
     match and by the weight of the piece it came from, each a share of the best. A fact the search
     found through its turn counts even when its own words miss the message (a paraphrase). The
-    weight is the piece's alone: the split compares it with the weights of pieces on pages."""
+    weight is the piece's alone: the split compares it with the weights of pieces on pages.
+
+    The candidates are the facts the fact search ranks highest and those of the best-weighted pieces;
+    the weights of all facts are read from one array op (`fact_weights`), not fact by fact."""
     if not session.facts or not message.strip():
         return []
     vector = message_vector(session, message)
     own = session.facts.search(message, vector, k=MOST_FACTS)
     best = own[0][1] if own and own[0][1] > 0 else 1.0
     matched = {f.n: score / best for f, score in own}
-    candidates = [f for f, _ in own]
-    if weights is not None and len(weights):
+    candidates = {f.n: f for f, _ in own}
+    weighted = weights is not None and len(weights)
+    if weighted:
         by_piece = piece_facts(session)
         m = min(MOST_FACTS, len(weights))
         for piece in np.argpartition(-weights, m - 1)[:m].tolist():
-            candidates += [f for f in by_piece.get(piece, ()) if f.n not in matched]
-    scored = {}
-    for f in candidates:
-        weight = max((float(weights[p]) for p in fact_pieces(session, f)), default=0.0) if weights is not None and len(weights) else 0.0
-        scored[f.n] = (matched.get(f.n, 0.0) + weight, f, weight)
-    order = sorted(scored.values(), key=lambda x: (-x[0], x[1].n))[:MOST_FACTS]
-    return [(f, fact_line(session, f), weight) for _, f, weight in order]
+            for f in by_piece.get(piece, ()):
+                candidates.setdefault(f.n, f)
+    numbers = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
+    own_part = np.array([matched.get(n, 0.0) for n in candidates], dtype=np.float64)
+    weight = (fact_weights(session, weights)[fact_positions(session, numbers)] if weighted
+              else np.zeros(len(numbers), dtype=np.float32))
+    total = own_part + weight.astype(np.float64)   # the same sums as float(matched) + float(weight), one at a time
+    order = np.lexsort((numbers, -total))[:MOST_FACTS]   # best first, ties by fact number
+    lines = fact_lines(session)
+    out = []
+    for i in order.tolist():
+        f = candidates[int(numbers[i])]
+        line = lines.get(f.n)
+        if line is None:
+            line = lines[f.n] = session.facts.line(f)
+        out.append((f, line, float(weight[i])))
+    return out
 
 
 def piece_facts(session: Session) -> dict[int, list]:
     """piece → the facts that came from it (rebuilt when facts or pieces were added)."""
+    return _fact_index(session)[0]
+
+
+def fact_positions(session: Session, numbers: np.ndarray) -> np.ndarray:
+    """Where facts (by number) are in session.facts.items: n - 1, as facts are kept in number order
+    with no gap (Session.add_facts, _take_facts); looked up should that ever not hold."""
+    items = session.facts.items
+    if items and items[0].n == 1 and items[-1].n == len(items):
+        return numbers - 1
+    where = {f.n: i for i, f in enumerate(items)}
+    return np.array([where[int(n)] for n in numbers], dtype=np.int64)
+
+
+def fact_weights(session: Session, weights) -> np.ndarray:
+    """Every fact's weight (by its place in session.facts.items): the most weight of the pieces it
+    came from, 0 for none."""
+    _, owner, pieces = _fact_index(session)
+    out = np.zeros(len(session.facts), dtype=np.float32)
+    if len(pieces):
+        most = np.full(len(session.facts), -np.inf, dtype=np.float32)
+        np.maximum.at(most, owner, weights[pieces])
+        out = np.where(np.isfinite(most), most, out).astype(np.float32)
+    return out
+
+
+def _fact_index(session: Session) -> tuple[dict[int, list], np.ndarray, np.ndarray]:
+    """(piece → its facts; for each (fact, piece) pair, the fact's index and the piece), rebuilt when
+    facts or pieces were added."""
     key = (len(session.facts), len(session.index.piece_page))
     cached = _PIECE_FACTS.get(session)
     if cached is None or cached[0] != key:
         out: dict[int, list] = {}
-        for f in session.facts.items:
+        owner: list[int] = []
+        pieces: list[int] = []
+        for i, f in enumerate(session.facts.items):
             for p in fact_pieces(session, f):
                 out.setdefault(p, []).append(f)
-        cached = _PIECE_FACTS[session] = (key, out)
+                owner.append(i)
+                pieces.append(p)
+        cached = _PIECE_FACTS[session] = (key, (out, np.array(owner, dtype=np.int64), np.array(pieces, dtype=np.int64)))
     return cached[1]
 
 
-def fact_line(session: Session, fact) -> str:
-    """A fact's line in a slab; it changes only when a newer fact supersedes it."""
+def fact_lines(session: Session) -> dict[int, str]:
+    """fact number → its line in a slab, kept until a fact is added (a newer one may change an older line)."""
     cache = _LINES.get(session)
     if cache is None or cache[0] != len(session.facts):
         cache = _LINES[session] = (len(session.facts), {})
-    line = cache[1].get(fact.n)
-    if line is None:
-        line = cache[1][fact.n] = session.facts.line(fact)
-    return line
+    return cache[1]
 
 
 _LINES: "weakref.WeakKeyDictionary[Session, tuple[int, dict[int, str]]]" = weakref.WeakKeyDictionary()
@@ -442,12 +485,17 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     shown: set[int] = {t for n in fixed if n in session.pages for t, _, _ in session.pages[n].spans}
     shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
 
+    read: dict[int, dict[int, float]] = {}
+
     def page_turns(n: int) -> dict[int, float]:
-        ids = session.index.page_pieces.get(n, [])
-        out: dict[int, float] = {}
-        for i, (t, _, _) in enumerate(session.pages[n].spans):
-            if i < len(ids) and i < len(weights):
-                out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
+        """The weight of each turn on page n (read once per call: the loop asks again while facts win)."""
+        out = read.get(n)
+        if out is None:
+            ids = session.index.page_pieces.get(n, [])
+            out = read[n] = {}
+            for i, (t, _, _) in enumerate(session.pages[n].spans):
+                if i < len(ids) and i < len(weights):
+                    out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
         return out
 
     offers = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
@@ -465,11 +513,13 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
     slabs = {False: 0, True: 0}
     chosen: list[tuple] = []
+    stale, page_value, turns_on_page = True, 0.0, {}
     while taken_pages + slabs[False] + slabs[True] < frames:
-        page_value, turns_on_page = 0.0, {}
-        if next_page < len(pages):
-            turns_on_page = page_turns(pages[next_page].n)
-            page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+        if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
+            page_value, turns_on_page, stale = 0.0, {}, False
+            if next_page < len(pages):
+                turns_on_page = page_turns(pages[next_page].n)
+                page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
         best = None
         while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
             _, rank, turns, weight, cost, item = offers[0]
@@ -486,12 +536,14 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             tokens[kind] += best[2]
             slabs[kind] = -(-tokens[kind] // room[kind])
             shown.update(best[1])
+            stale = any(t in turns_on_page for t in best[1])
             if kind:
                 chosen.append(best[3])
         elif next_page < len(pages) and page_value > 0:
             taken_pages += 1
             next_page += 1
             shown.update(turns_on_page)
+            stale = True
         else:
             break
     return slabs[False], slabs[True], chosen
@@ -536,12 +588,18 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
     limit = session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(title + SEPARATOR)] * slabs
+    room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
     for item in ranked:
+        if room < 2:
+            break   # no line costs less than a token and its newline
         cost = session.render.line_tokens(item[1]) + 1
+        if cost > room:
+            continue
         for b in range(slabs):
             if used[b] + cost <= limit:
                 bins[b].append(item)
                 used[b] += cost
+                room = limit - min(used)
                 break
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
         while slab and slab_tokens(session, slab) > limit:
@@ -581,10 +639,12 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     prefix_tokens = count(prefix) if prefix else 0
     message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
 
+    map_tokens = session.render.count_map(memory_map)   # render_map has just counted it, most often
+
     def memory_tokens() -> int:
         if not blocks:
-            return count(memory_map)
-        return count(memory_map + SEPARATOR) + sum(costs)
+            return map_tokens
+        return session.tokenizer.count_extended(memory_map, map_tokens, SEPARATOR) + sum(costs)
 
     def total(memory: int) -> int:
         if not chat:
@@ -605,7 +665,6 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
         used = total(memory)
     text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
-    map_tokens = count(memory_map)
     state_tokens = costs[0] if state else 0
     summary_tokens = costs[1 if state else 0] if summaries else 0
     fact_tokens = sum(costs[bool(state) + bool(summaries) : fixed])
@@ -679,7 +738,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
     resident_set = set(resident)
     order = [n for n in focus if n not in resident_set]
     first = set(order)
-    recent = (n for n in sorted(session.pages, reverse=True) if n not in resident_set and n not in first)
+    recent = (n for n in session.render.newest_first() if n not in resident_set and n not in first)
     lines: list[str] = []
     budget = reserve - count(text)
     for n in itertools.chain(order, recent):
@@ -694,7 +753,7 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         lines.append(line)
         budget -= cost
     full = text + ("\n" + "\n".join(lines) if lines else "")
-    while lines and session.tokenizer.count(full) > reserve:
+    while lines and session.render.count_map(full) > reserve:
         lines.pop()
         full = text + ("\n" + "\n".join(lines) if lines else "")
     return full

@@ -142,8 +142,9 @@ class Facts:
             scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
         if not BEFORE.search(query):
             scores[arrays["superseded"]] *= SUPERSEDED_WEIGHT
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.items[i], round(float(scores[i]), 4)) for i in order if scores[i] > 0]
+        order = best_first(scores, k)
+        order = order[scores[order] > 0]
+        return [(self.items[i], round(score, 4)) for i, score in zip(order.tolist(), scores[order].tolist())]
 
     def _arrays(self) -> dict:
         """BM25 postings, lengths, the vectors as one matrix and which facts are superseded, rebuilt
@@ -220,6 +221,21 @@ class Recorded:
                 self.given.add(i)
                 out.append(Draft(subject, text, turns))
         return out
+
+
+def best_first(scores: np.ndarray, k: int) -> np.ndarray:
+    """`np.argsort(-scores, kind="stable")[:k]` (best first, ties in index order) without sorting
+    every score: the k-th best is found by a partition, and only the scores above it and the first
+    of those equal to it are sorted."""
+    if k >= len(scores):
+        return np.argsort(-scores, kind="stable")
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    negative = -scores
+    kth = np.partition(negative, k - 1)[k - 1]
+    better = np.flatnonzero(negative < kth)
+    chosen = np.concatenate([better, np.flatnonzero(negative == kth)[: k - len(better)]])
+    return chosen[np.argsort(negative[chosen], kind="stable")]
 
 
 def held_turns(session, pages: list[int]) -> set[int]:

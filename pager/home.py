@@ -339,10 +339,12 @@ class Home:
                     locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
                     s.generation = locks[s].generation
                     s.settled = True
-            # durable and numbered: the locks are free for others while this process packs
-            vectors = _vectors(early)
-            for s in written:
-                s.embedded_early.update((t.text, vectors[t.text]) for t in plans[s][0] if t.text in vectors)
+            # durable and numbered: the locks are free for others while this process packs; the helper
+            # may still be embedding, and each session waits for its vectors only when it embeds its
+            # sealed pages, after packing (the embedder's native code runs beside the packing)
+            if early is not None:
+                for s in written:
+                    s.embedding_early.append((early, [t.text for t in plans[s][0]]))
             for s in order:
                 s.take_accepted(plans[s][0], origin)
             self.maybe_flush()
@@ -624,14 +626,10 @@ class Home:
 
 
 def _vectors(early) -> dict:
-    """What Home._embed_early made, once it is done ({} if nothing, or if embedding failed: the
-    pages are then embedded as usual, and that embedding reports the failure)."""
-    if early is None:
-        return {}
-    try:
-        return early.result()
-    except Exception:  # noqa: BLE001 - the usual path embeds again and raises there
-        return {}
+    """What Home._embed_early made, once it is done ({} if nothing; Session embeds as usual then)."""
+    from .session import _early_vectors
+
+    return {} if early is None else _early_vectors(early)
 
 
 class Accepted(dict):

@@ -8,6 +8,10 @@ data, not trusted: `parse` keeps what is valid (a JSON object found inside code 
 trailing text; items of the wrong type, unknown fact ids, turns not on these pages, overlong text
 are left out) and says what it left out in `rejected`, which the session records as one event.
 A model that fails or times out raises; the session turns that into a `memory_error` event.
+
+When episodes of the conversation closed (a live session, `Session.write_memory`), the same call
+also asks for each one's summary and the rolling summary's next version (prompts/memory_summaries.txt):
+still one call, made once per closed episode at most, never per turn.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from .model import Model
 from .page import Page
 from .search import terms
 from .state import check as check_state
+from .summaries import EPISODE, ROLLING, Draft as SummaryDraft
 from .writer import Written, marks_from
 
 SIMILAR = 8            # current facts shown to the model per batch
 MAX_FACT_CHARS = 300
 MAX_SUBJECT_CHARS = 60
+MAX_SUMMARY_CHARS = 1500      # an episode summary; the rolling one may be twice as long
+MAX_EPISODE_LINES = 120       # turns of closed episodes shown besides the batch's pages
 OPS = {"add", "update", "invalidate", "none"}
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 _FACT_ID = re.compile(r"^\s*f?(\d+)\s*$", re.I)
@@ -45,6 +52,16 @@ class Answer:
     facts: list[Draft] = field(default_factory=list)
     state: list[tuple[str, str | None]] = field(default_factory=list)   # (key, value); None unsets
     rejected: list[str] = field(default_factory=list)                   # what was left out, and why
+    summaries: list[SummaryDraft] = field(default_factory=list)         # of the episodes asked about
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The summaries a call asks for: each closed episode's (key → first turn, last turn, ts of
+    the last), and the rolling summary's next version over turns first..last."""
+
+    episodes: dict[str, tuple[int, int, float]]
+    rolling: tuple[int, int, float]
 
 
 class MemoryWriter:
@@ -55,14 +72,38 @@ class MemoryWriter:
     def __init__(self, model: Model, batch: int = 8, similar: int = SIMILAR) -> None:
         self.model, self.batch, self.similar = model, batch, similar
 
-    def write(self, pages: list[Page], session) -> Answer:
-        """The model's answer for pages, in one call; raises when the model fails."""
-        shown = similar_facts(session, pages, self.similar)
-        prompt = render("memory_writer", pages=listing(pages), state=_state_lines(session),
+    def write(self, pages: list[Page], session, episodes: list[list] | None = None) -> Answer:
+        """The model's answer for pages, in one call; raises when the model fails. With `episodes`
+        (closed ones, each a list of turns) the call also asks for their summaries and the rolling one."""
+        shown = similar_facts(session, pages, self.similar) if pages else []
+        prompt = render("memory_writer", pages=listing(pages) or "(no new pages)", state=_state_lines(session),
                         facts="\n".join(f"- {f.id} [{f.subject}] ({f.date}): {f.text}" for f in shown) or "(none yet)")
+        asked = None
+        if episodes:
+            asked, section = ask_summaries(session, pages, episodes)
+            prompt += "\n" + section
         reply = self.model.complete([{"role": "user", "content": prompt}], [])
         current = {f.n: f.text for f in session.facts.items if f.n in _current(session.facts)}
-        return parse(reply.text, pages, current)
+        return parse(reply.text, pages, current, asked)
+
+
+def ask_summaries(session, pages: list[Page], episodes: list[list]) -> tuple[Asked, str]:
+    """What to ask about closed episodes, and the prompt's section asking it: the episodes' turns
+    that the batch's pages do not show (at most MAX_EPISODE_LINES, evenly spread), the previous
+    rolling summary."""
+    held = {turn for p in pages for turn, _, _ in p.spans}
+    previous = session.summaries.rolling
+    first = previous.turns[0] if previous else episodes[0][0].turn   # the rolling summary covers what it was told
+    last = episodes[-1][-1]
+    asked = Asked({f"e{e[0].turn}": (e[0].turn, e[-1].turn, e[-1].ts) for e in episodes}, (first, last.turn, last.ts))
+    earlier = [t for e in episodes for t in e if t.turn not in held]
+    if len(earlier) > MAX_EPISODE_LINES:
+        step = len(earlier) / MAX_EPISODE_LINES
+        earlier = [earlier[int(i * step)] for i in range(MAX_EPISODE_LINES)]
+    lines = [f"- t{t.turn} {t.speaker}: {' '.join(t.text.split())[:300]}" for t in earlier]
+    section = render("memory_summaries", episodes=", ".join(f"{key} (t{a}–t{b})" for key, (a, b, _) in asked.episodes.items()),
+                     rolling=previous.text if previous else "(none yet)", earlier="\n".join(lines) or "(none)")
+    return asked, section
 
 
 def listing(pages: list[Page]) -> str:
@@ -113,9 +154,9 @@ def decode(text: str):
     return None
 
 
-def parse(text: str, pages: list[Page], known: dict[int, str]) -> Answer:
+def parse(text: str, pages: list[Page], known: dict[int, str], asked: Asked | None = None) -> Answer:
     """The valid part of a memory model's answer for these pages; `known`: the facts (number → text)
-    an update or invalidate may name, the current ones."""
+    an update or invalidate may name, the current ones; `asked`: the summaries asked for, if any."""
     answer = Answer()
     data = decode(text)
     if data is None:
@@ -135,7 +176,42 @@ def parse(text: str, pages: list[Page], known: dict[int, str]) -> Answer:
         if draft is not None:
             answer.facts.append(draft)
     answer.state = _state(data.get("state", []), answer.rejected)
+    if asked is not None:
+        answer.summaries = _summaries(data.get("summaries"), asked, answer.rejected)
     return answer
+
+
+def _summaries(raw, asked: Asked, rejected: list[str]) -> list[SummaryDraft]:
+    """The summaries asked for that the answer gives, valid; what is missing or wrong is said."""
+    if not isinstance(raw, dict):
+        rejected.append("summaries: " + ("none given" if raw is None else f"a {type(raw).__name__}, not an object"))
+        return []
+    out: list[SummaryDraft] = []
+    episodes = raw.get("episodes")
+    episodes = episodes if isinstance(episodes, dict) else {}
+    for key, (first, last, ts) in asked.episodes.items():
+        text = _summary_text(episodes.get(key), MAX_SUMMARY_CHARS, f"summaries.episodes[{key!r}]", rejected)
+        if text:
+            out.append(SummaryDraft(EPISODE, key, text, (first, last), ts))
+    for key in episodes:
+        if key not in asked.episodes:
+            rejected.append(f"summaries.episodes[{str(key)[:20]!r}]: not an episode asked about")
+    first, last, ts = asked.rolling
+    text = _summary_text(raw.get("rolling"), 2 * MAX_SUMMARY_CHARS, "summaries.rolling", rejected)
+    if text:
+        out.append(SummaryDraft(ROLLING, ROLLING, text, (first, last), ts))
+    return out
+
+
+def _summary_text(value, most: int, where: str, rejected: list[str]) -> str:
+    text = " ".join(value.split()) if isinstance(value, str) else ""
+    if not text:
+        rejected.append(f"{where}: " + ("none given" if value is None else "no text"))
+        return ""
+    if len(text) > most:
+        rejected.append(f"{where}: {len(text)} characters; at most {most}")
+        return ""
+    return text
 
 
 def _fact(item, turns: dict[int, str], known: dict[int, str], rejected: list[str], where: str) -> Draft | None:

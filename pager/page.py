@@ -31,7 +31,13 @@ class Turn:
     key: str = ""        # idempotency key: a message sent again with the same key is not stored twice
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        fields = self.__dict__   # a plain dataclass keeps its fields there, in their order
+        return {k: fields[k] for k in self.__dataclass_fields__}
+
+    def numbered(self, turn: int) -> "Turn":
+        """This turn with another number (dataclasses.replace, without its per-field checks: a
+        thousand-turn append numbers a thousand drafts)."""
+        return Turn(**{**self.__dict__, "turn": turn})
 
     def identity(self) -> str:
         """A key for a turn that came with none, as `pager export` writes it: its number and a digest

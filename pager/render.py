@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
 def starts_clean(body: str) -> bool:
     """Does a body after a header's "]\n" start a pre-token of its own (Renderer.block_tokens)?"""
     return bool(body) and not body[0].isspace() and body[0] != "/"
@@ -28,6 +31,9 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
+        self._part_costs: dict[str, int] = {}
+        self._map_count: tuple[str, int] | None = None
+        self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
         self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
@@ -59,29 +65,90 @@ class Renderer:
             return cached[1]
         limit = header_reserve(self.s.page_tokens)
         base = "[" + " · ".join([page_id(n)] + ([date] if date else []))
-        text = f"[{page_id(n)}]"
+        if self._parts_exact(date, keywords):
+            cut, line = self._fit_by_parts(n, date, keywords, limit)
+        else:
+            cut, line = self._fit_counted(base, keywords, limit), None
+        if cut < 0:
+            text = f"[{page_id(n)}]"
+        else:
+            text = f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]"
+        # the header with its newline, as block_tokens counts it (None: count it there)
+        self._headers[n] = (key, text, line)
+        return text
+
+    def _fit_by_parts(self, n: int, date: str, keywords: tuple[str, ...], limit: int) -> tuple[int, int]:
+        """(how many bookmarks fit the header, -1 for not even its date; the tokens of that header with
+        its newline), from the exact counts of its parts (_header_parts): adding a bookmark adds its
+        parts' tokens, so the most that fit are found in one pass."""
+        part = self._part_tokens
+        head = self._header_parts(n, date, (), "")
+        if head + part("]") > limit:
+            return -1, self._header_parts(n, "", (), "]\n")
+        fitted, cut = head, 0   # the header so far without its "]"
+        used = head + part(" · bookmarks:") - part(",")
+        for keyword in keywords:
+            used += self._keyword_tokens(keyword) + part(",")
+            if used + part("]") > limit:
+                break
+            fitted, cut = used, cut + 1
+        return cut, fitted + part("]\n")
+
+    def _fit_counted(self, base: str, keywords: tuple[str, ...], limit: int) -> int:
+        """How many bookmarks fit the header (-1 for not even its date), by counting whole headers."""
+        count = self.s.tokenizer.count
         # estimate from cached per-keyword costs, then verify exactly: one or two counts instead of five
-        room = limit - self.s.tokenizer.count(base + "]") - 3
+        room = limit - count(base + "]") - 3
         cut, used = 0, 0
         for keyword in keywords:
             used += self._keyword_tokens(keyword) + 1
             if used > room:
                 break
             cut += 1
+
         def render(k: int) -> str:
             return f"{base} · bookmarks: {', '.join(keywords[:k])}]" if k else base + "]"
 
         for cut in range(cut, -1, -1):  # noqa: B020 - the estimate is cautious: step down until it fits ...
-            if self.s.tokenizer.count(render(cut)) <= limit:
-                text = render(cut)
+            if count(render(cut)) <= limit:
                 break
         else:
-            cut = -1
-        while 0 <= cut < len(keywords) and self.s.tokenizer.count(render(cut + 1)) <= limit:
+            return -1
+        while cut < len(keywords) and count(render(cut + 1)) <= limit:
             cut += 1  # ... then up while one more keyword still fits
-            text = render(cut)
-        self._headers[n] = (key, text)
-        return text
+        return cut
+
+    @staticmethod
+    def _parts_exact(date: str, keywords: tuple[str, ...]) -> bool:
+        """Can a header with this date and these bookmarks be counted by its parts (_header_parts)?"""
+        return (not date or date[-1] in _ALNUM) and all(k and k[-1] in _ALNUM for k in keywords)
+
+    def _header_parts(self, n: int, date: str, keywords: tuple[str, ...], end: str) -> int:
+        """Exact tokens of a header ending in `end` ("]" or "]\n") as a sum of cached counts of its parts:
+        "[p", the page number's digits in threes, " · " and the date, " · bookmarks:", each bookmark
+        after its space, the commas and the end. Each part ends where a pre-token ends in the tiktoken
+        encodings pager uses (cl100k, o200k), whatever follows: a run of digits (at most three to a
+        pre-token) or a part ending in an ASCII letter or digit (the date, a bookmark) before a space
+        or punctuation, and punctuation before a space; so the parts are pre-tokenized alone as they
+        are in the whole, and BPE never merges across pre-tokens. The caller checks the date and
+        bookmarks end in an ASCII letter or digit (_parts_exact); a property test holds the sum
+        against the whole count."""
+        part = self._part_tokens
+        digits = str(n)
+        cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + (part(end) if end else 0)
+        if date:
+            cost += part(" · " + date)
+        if keywords:
+            cost += part(" · bookmarks:") + (len(keywords) - 1) * part(",") + sum(map(self._keyword_tokens, keywords))
+        return cost
+
+    def _part_tokens(self, text: str) -> int:
+        cost = self._part_costs.get(text)
+        if cost is None:
+            if len(self._part_costs) > 100_000:
+                self._part_costs.clear()
+            cost = self._part_costs[text] = self.s.tokenizer.count(text)
+        return cost
 
     def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
         """Tokens of a page's block (header, newline, body) with the separator that follows it.
@@ -102,12 +169,39 @@ class Renderer:
         if block.startswith(header + "\n") and header.endswith("]") and starts_clean(body):
             costs = self._body_costs.get(n)
             if costs is None or costs[:2] != (separator, len(body)):
-                costs = self._body_costs[n] = (separator, len(body), self.s.tokenizer.count(body + separator))
-            cost = self.s.tokenizer.count(header + "\n") + costs[2]
+                costs = self._body_costs[n] = (separator, len(body), self._body_tokens(n, body, separator))
+            line = self._headers.get(n)
+            head = line[2] if line and line[1] == header and line[2] is not None else self.s.tokenizer.count(header + "\n")
+            cost = head + costs[2]
         else:
             cost = self.s.tokenizer.count(block + separator)
         self._block_costs[n] = (header, cost)
         return cost
+
+    def _body_tokens(self, n: int, body: str, separator: str) -> int:
+        """Tokens of a page's body with the separator after it. A sealed page's body was counted
+        exactly when it was packed (Page.tokens, by the packer's tokenizer): when that is the one
+        the context is counted with, only the body's last words are counted again with the
+        separator (Tokenizer.count_extended)."""
+        page = self.s.pages.get(n)
+        if page is not None and page.text == body and self.s.packer.tokenizer is self.s.tokenizer and page.tokens > 0:
+            return self.s.tokenizer.count_extended(body, page.tokens, separator)
+        return self.s.tokenizer.count(body + separator)
+
+    def newest_first(self) -> list[int]:
+        """The sealed pages' numbers, newest first (the map lists recent pages; pages are never removed,
+        so the list changes only when one is added)."""
+        held = self._newest
+        if held is None or held[0] != len(self.s.pages):
+            held = self._newest = (len(self.s.pages), sorted(self.s.pages, reverse=True))
+        return held[1]
+
+    def count_map(self, text: str) -> int:
+        """Tokens of a memory map; the last one counted is kept (render_map counts it, then assembly)."""
+        held = self._map_count
+        if held is None or held[0] != text:
+            held = self._map_count = (text, self.s.tokenizer.count(text))
+        return held[1]
 
     def line_tokens(self, line: str) -> int:
         """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""

@@ -25,13 +25,15 @@ from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind,
 from .facts import Draft, Fact, Facts, fact_record
 from .state import Change, State, check as check_state
 from .store import Batch, fact_from
-from .summaries import Draft as SummaryDraft, Summaries, Summary, summary_event, summary_from, summary_record
+from .summaries import (EPISODE, ROLLING, Draft as SummaryDraft, Episodes, Extractive, Summaries, Summary, session_turns,
+                        summary_event, summary_from, summary_record)
 from .trace import Events
 
 if TYPE_CHECKING:
     from .home import Home
 
 SPEAKER_TOKENS = 16
+LIVE_LOOKBACK = 500   # turns a live session reads back, once, for the episodes not summarized yet (pager summarize: all)
 
 
 def settle() -> None:
@@ -83,6 +85,7 @@ class Session:
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
+        self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -93,6 +96,8 @@ class Session:
         self._facts_waiting: dict[int, Fact] = {}
         self.summaries = Summaries()    # episode and rolling summaries, every version kept
         self._summaries_waiting: dict[int, Summary] = {}
+        self._episodes: Episodes | None = None   # live summaries: episodes cut as turns arrive (made on first use)
+        self._closed: list[list[Turn]] = []      # episodes closed since the last reply, not summarized yet
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -241,9 +246,9 @@ class Session:
         for d in drafts:
             known = (self.keys.get(d.key) or batch.get(d.key)) if d.key else None
             if known:
-                out.append(replace(d, turn=known))
+                out.append(d.numbered(known))
                 continue
-            t = replace(d, turn=base + len(new) + 1)
+            t = d.numbered(base + len(new) + 1)
             new.append(t)
             out.append(t)
             if d.key:
@@ -310,6 +315,8 @@ class Session:
             n += 1
         if announce and ready:
             self.emit("append", origin=announce, turns=[_turn_record(t) for t, _ in ready])
+        if self._episodes is not None and ready:
+            self._closed += self._episodes.feed([t for t, _ in ready])
         for t, mine in ready:
             start, self._next_start = self._next_start, 0
             self._pack(t, start, mine)
@@ -362,6 +369,10 @@ class Session:
 
     def _embed_pending(self) -> None:
         """Embed newly sealed pages in one batch and index them."""
+        while self.embedding_early:   # the helper's vectors for turns this process accepted (Home._embed_early)
+            future, accepted = self.embedding_early.pop(0)
+            vectors = _early_vectors(future)
+            self.embedded_early.update((t, vectors[t]) for t in accepted if t in vectors)
         pages = self._unembedded
         if not pages:
             return
@@ -480,7 +491,8 @@ class Session:
             self.counters["hits"] += 1
             self.emit("hit", page=page_id(n), reason=reason)
             return False
-        self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
+        if self.frames.free_slot() is None:   # automatic paging made room for its whole batch already
+            self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
         self.frames.place(entry)
         entry.fault_count += 1
         self._use(entry)
@@ -571,19 +583,76 @@ class Session:
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
         return mark
 
-    def write_bookmarks(self, force: bool = False) -> list:
+    # -- after a reply: the model's batch and the live summaries --------------------------------------------
+    def write_memory(self) -> None:
+        """What a live session (chat, the agent loop, serve) does after each reply: the bookmark or
+        memory model's call for a full batch of sealed pages, and, when an episode closed since the last
+        reply (a new date, `gap_s` of silence, a topic shift: `summaries.Episodes`), that episode's
+        summary and the rolling summary's next version. With a memory model the summaries ride on its
+        call (the batch is sent at once, with the episodes); whatever it did not write (it failed, or
+        left one out) the extractive producer writes. No model call per turn, and every failure is an
+        event: the turns stay. Replay feeds the recorded `summaries_written` back and makes none."""
+        closed = self.closed_episodes()
+        writer = self.home.writer
+        made = len(self.summaries)
+        if closed and writer is not None and writer.memory:
+            self.write_bookmarks(force=True, episodes=closed)
+        else:
+            self.write_bookmarks()
+        if closed:
+            self._summarize_closed(closed, self.summaries.items[made:])
+
+    def closed_episodes(self) -> list[list[Turn]]:
+        """The episodes that closed since this was last asked (none when `live_summaries` is off). The
+        first call reads the turns after the newest episode summary, at most LIVE_LOOKBACK of them; in a
+        session with no episode summary yet, only the episode that closed last is taken (the message
+        that began this chat may have closed it), not its whole past: `pager summarize` writes that."""
+        if not self.home.config.live_summaries:
+            return []
+        if self._episodes is None:
+            summarized = max((x.turns[1] for x in self.summaries.current.values() if x.kind == EPISODE), default=0)
+            after = max(summarized, self.turn_count - LIVE_LOOKBACK)
+            self._episodes = Episodes(Extractive())
+            self._closed = self._episodes.feed(session_turns(self, after=after))
+            if after > summarized:   # the first episode read may have begun before the turns read: not whole
+                self._closed = self._closed[1:]
+            if not summarized:   # never summarized: from the episode that closed last (pager summarize does the past)
+                self._closed = self._closed[-1:]
+        closed, self._closed = self._closed, []
+        return closed
+
+    def _summarize_closed(self, closed: list[list[Turn]], made: list[Summary]) -> None:
+        """The extractive producer's summaries of the closed episodes (and the rolling version) that
+        `made` (the memory model's, if any) does not hold; a failure is a `memory_error` event."""
+        written = {x.key for x in made}
+        if ROLLING in written and all(f"e{e[0].turn}" in written for e in closed):
+            return   # the memory model wrote them all
+        producer = Extractive()
+        try:   # an episode the model summarized is skipped: it is in self.summaries already
+            drafts = producer.after(self, closed, rolling=ROLLING not in written)
+        except Exception as exc:  # noqa: BLE001 - the embedder failed; summaries only ever add
+            self.memory_error = " ".join(str(exc).split())[:300] or type(exc).__name__
+            self.emit("memory_error", pages=[], error=self.memory_error)
+            return
+        if drafts:
+            self.add_summaries(drafts, producer.source)
+
+    def write_bookmarks(self, force: bool = False, episodes: list[list[Turn]] | None = None) -> list:
         """Have the bookmark model (or the memory model, which also writes facts and state in the same
         call) name the pages sealed since it last did, a batch per call (all batches with force, else
         only full ones). Returns the bookmarks it wrote (writer.Written). A failing model is an event
         (`writer_error`, or `memory_error` for the memory model), never an exception: its batch keeps
-        the offline keywords, and every turn stays."""
+        the offline keywords, and every turn stays. `episodes` (closed ones, `write_memory`): the memory
+        model's last call of these also asks for their summaries, one call even with no page to name."""
         writer = self.home.writer
         written: list = []
-        while writer and self.unwritten and (force or len(self.unwritten) >= writer.batch):
+        ask = episodes if writer is not None and writer.memory else None   # asked with the last batch
+        while writer and (self.unwritten or ask) and (force or len(self.unwritten) >= writer.batch):
             batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
             pages = [self.pages[n] for n in batch]
+            now, ask = (ask, None) if not self.unwritten else (None, ask)
             try:
-                answer = writer.write(pages) if not writer.memory else writer.write(pages, self)
+                answer = writer.write(pages) if not writer.memory else writer.write(pages, self, episodes=now)
             except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
                 error = " ".join(str(exc).split())[:300] or type(exc).__name__
                 if writer.memory:
@@ -617,6 +686,8 @@ class Session:
             self.add_facts(answer.facts, "model")
         if answer.state:
             self.apply_state(answer.state)
+        if answer.summaries:
+            self.add_summaries(answer.summaries, "model")
 
     def apply_state(self, changes: list[tuple[str, str | None]]) -> None:
         """A memory model's state changes, (key, value) or (key, None) to unset; replay feeds the
@@ -938,6 +1009,15 @@ class Session:
             batch.states[self.key()] = state
             self._state_stored = state
         return batch
+
+
+def _early_vectors(early) -> dict:
+    """What Home._embed_early made, once it is done ({} if embedding failed: the pages are then
+    embedded as usual, and that embedding reports the failure)."""
+    try:
+        return early.result()
+    except Exception:  # noqa: BLE001 - the usual path embeds again and raises there
+        return {}
 
 
 def _turn_record(t: Turn) -> dict:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .facts import held_turns
+from .facts import best_first, held_turns
 from .search import similarities, terms
 
 ROLLING = "rolling"
@@ -101,6 +101,7 @@ class Summaries:
         self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
         self._cache: dict = {}
+        self._lines: dict[int, tuple[Summary, str]] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -150,8 +151,9 @@ class Summaries:
             scores /= scores.max()
         if query_vector is not None and self._vectors[live[0]].size:
             scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.items[live[j]], round(float(scores[j]), 4)) for j in order if scores[j] > 0]
+        order = best_first(scores, k)
+        order = order[scores[order] > 0]
+        return [(self.items[live[j]], round(score, 4)) for j, score in zip(order.tolist(), scores[order].tolist())]
 
     def _arrays(self) -> dict:
         """The current summaries' BM25 postings, lengths and vectors, rebuilt only when summaries were
@@ -176,9 +178,13 @@ class Summaries:
         return self._cache
 
     def line(self, s: Summary) -> str:
-        """`- s3 (session 2 · p5–p9, 25 May 2023): text`."""
-        label = "so far" if s.kind == ROLLING else s.key
-        return f"- {s.id} ({label} · {s.span}, {s.date}): {s.text}"
+        """`- s3 (session 2 · p5–p9, 25 May 2023): text` (kept: a summary never changes, and the same
+        line's count is looked up question after question by the very string)."""
+        held = self._lines.get(s.n)
+        if held is None or held[0] is not s:
+            label = "so far" if s.kind == ROLLING else s.key
+            held = self._lines[s.n] = (s, f"- {s.id} ({label} · {s.span}, {s.date}): {s.text}")
+        return held[1]
 
     def to_json(self) -> list[dict]:
         return [{"id": s.id, "kind": s.kind, "key": s.key, "version": s.version, "current": self.current.get(s.key) is s,
@@ -208,7 +214,7 @@ class Recorded:
             turns = [self.numbers[r] for r in refs if r in self.numbers]
             if i not in self.given and turns and max(turns) in held:
                 self.given.add(i)
-                when = when if when is not None else {t.turn: t.ts for t in _turns(session)}
+                when = when if when is not None else {t.turn: t.ts for t in session_turns(session)}
                 out.append(Draft(EPISODE, key, text, (min(turns), max(turns)), when.get(max(turns))))
         return out
 
@@ -241,24 +247,8 @@ class Extractive:
 
     def episodes(self, turns: list) -> list[list]:
         """The turns cut into episodes (the last one still open)."""
-        out: list[list] = []
-        for i, t in enumerate(turns):
-            if not out:
-                out.append([t])
-                continue
-            prev = out[-1][-1]
-            if t.date != prev.date or t.ts - prev.ts > self.gap_s or self._shift(turns, i, len(out[-1])):
-                out.append([t])
-            else:
-                out[-1].append(t)
-        return out
-
-    def _shift(self, turns: list, i: int, length: int) -> bool:
-        if length < self.min_turns or i + self.window > len(turns):
-            return False
-        before = {w for t in turns[i - self.window : i] for w in terms(t.text)}
-        after = {w for t in turns[i : i + self.window] for w in terms(t.text)}
-        return bool(before and after) and not before & after
+        cutter = Episodes(self)
+        return cutter.feed(turns) + cutter.rest()
 
     def central(self, session, lines: list[str], k: int, voiced: set[str] | None = None) -> list[str]:
         """k lines near the mean of all and unlike each other (maximal marginal relevance, so a
@@ -287,15 +277,20 @@ class Extractive:
         return [lines[i] for i in sorted(chosen)]
 
     def __call__(self, session, pages: list[int]) -> list[Draft]:
-        turns = _turns(session)
+        turns = session_turns(session)
         held = held_turns(session, pages)
         turns = [t for t in turns if t.turn <= max(held, default=0)]
         if not turns:
             return []
+        out = self.closed(session, self.episodes(turns)[:-1])   # the last one is still open
+        rolling = self.rolling(session, turns, turns[0].turn, _voiced(turns))
+        return out + ([rolling] if rolling else [])
+
+    def closed(self, session, episodes: list[list]) -> list[Draft]:
+        """A summary of each closed episode not summarized yet (keyed `e<its first turn>`)."""
         done = {s.key for s in session.summaries.items if s.kind == EPISODE}
         out: list[Draft] = []
-        episodes = self.episodes(turns)
-        for episode in episodes[:-1]:   # the last one is still open
+        for episode in episodes:
             key = f"e{episode[0].turn}"
             if key in done:
                 continue
@@ -303,20 +298,88 @@ class Extractive:
             picked = self.central(session, lines, self.per_episode, _voiced(episode))
             if picked:
                 out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn), episode[-1].ts))
-        rolling = session.summaries.rolling
-        since = rolling.turns[1] if rolling else 0
-        new = [t for t in turns if t.turn > since]
-        if new:
-            old = _split_kept(rolling.text) if rolling else []
-            fresh = self.central(session, [line for t in new for line in sentences(t.speaker, t.text)],
-                                 self.rolling_sentences, _voiced(new))
-            kept = self.central(session, old + fresh, self.rolling_sentences, _voiced(turns))
-            if kept:
-                out.append(Draft(ROLLING, ROLLING, SEP.join(kept), (turns[0].turn, new[-1].turn), new[-1].ts))
         return out
+
+    def after(self, session, closed: list[list], rolling: bool = True) -> list[Draft]:
+        """In a live session, once episodes closed: the summary of each not summarized yet and (with
+        rolling) the rolling summary's next version, covering from where the previous one began (the
+        first of these episodes if none) up to the last of them."""
+        out = self.closed(session, closed)
+        turns = [t for episode in closed for t in episode]
+        if rolling and turns:
+            previous = session.summaries.rolling
+            voiced = _voiced(turns) | set(_split_kept(previous.text) if previous else [])
+            draft = self.rolling(session, turns, previous.turns[0] if previous else turns[0].turn, voiced)
+            out += [draft] if draft else []
+        return out
+
+    def rolling(self, session, turns: list, first: int, voiced: set[str]) -> Draft | None:
+        """The rolling summary's next version: the previous one's sentences and the central ones of the
+        turns it does not cover yet, the most central kept; None when there is nothing new."""
+        previous = session.summaries.rolling
+        new = [t for t in turns if t.turn > (previous.turns[1] if previous else 0)]
+        if not new:
+            return None
+        old = _split_kept(previous.text) if previous else []
+        fresh = self.central(session, [line for t in new for line in sentences(t.speaker, t.text)],
+                             self.rolling_sentences, _voiced(new))
+        kept = self.central(session, old + fresh, self.rolling_sentences, voiced)
+        if not kept:
+            return None
+        return Draft(ROLLING, ROLLING, SEP.join(kept), (first, new[-1].turn), new[-1].ts)
 
 
 SEP = " · "
+
+
+class Episodes:
+    """Episodes cut as turns arrive, one turn at a time, by the rule of `Extractive` (a new date,
+    `gap_s` of silence, or a topic shift): what a live session uses to know that an episode closed
+    without cutting the whole conversation again on every turn. A topic shift at a turn can be
+    told only once `window` turns follow it, so a cut waits for those; fed the same turns, the
+    episodes it closes are those `Extractive.episodes` cuts, the open one aside."""
+
+    def __init__(self, rule: Extractive) -> None:
+        self.rule = rule
+        self.open: list = []            # the turns of the open episode (and those after an undecided cut)
+        self._words: list[set[str]] = []
+        self._at = 1                    # the next turn of `open` to decide: does an episode start there?
+
+    def feed(self, turns: list) -> list[list]:
+        """Take turns in order; the episodes they closed, oldest first."""
+        for t in turns:
+            self.open.append(t)
+            self._words.append(set(terms(t.text)))
+        return self._cut(wait=True)
+
+    def rest(self) -> list[list]:
+        """The turns not yet in a closed episode, cut as far as they can be without the turns to come
+        (a topic shift that cannot be told yet is taken as none); the last episode is the open one."""
+        out = self._cut(wait=False)
+        return out + ([self.open] if self.open else [])
+
+    def _cut(self, wait: bool) -> list[list]:
+        rule, out = self.rule, []
+        while self._at < len(self.open):
+            i, t, prev = self._at, self.open[self._at], self.open[self._at - 1]
+            if t.date != prev.date or t.ts - prev.ts > rule.gap_s:
+                cut = True
+            elif i < rule.min_turns:   # i: the length of the episode so far
+                cut = False
+            elif i + rule.window > len(self.open):
+                if wait:
+                    break
+                cut = False
+            else:
+                before = set().union(*self._words[i - rule.window : i])
+                after = set().union(*self._words[i : i + rule.window])
+                cut = bool(before and after) and not before & after
+            if cut:
+                out.append(self.open[:i])
+                self.open, self._words, self._at = self.open[i:], self._words[i:], 1
+            else:
+                self._at += 1
+        return out
 
 
 def _voiced(turns: list) -> set[str]:
@@ -328,10 +391,10 @@ def _split_kept(text: str) -> list[str]:
     return [part for part in text.split(SEP) if part.strip()]
 
 
-def _turns(session) -> list:
-    """Every turn the session can read whole: the store's, those accepted since the last flush,
-    and the open tail's."""
-    out = {t.turn: t for t in session.home.store.turns(session.user, session.name)}
-    out.update({t.turn: t for t in session.pending.turns})
-    out.update({p.turn.turn: p.turn for p in session.packer.pieces})
+def session_turns(session, after: int = 0) -> list:
+    """Every turn (after `after`) the session can read whole: the store's, those accepted since the
+    last flush, and the open tail's."""
+    out = {t.turn: t for t in session.home.store.turns(session.user, session.name, after=after)}
+    out.update({t.turn: t for t in session.pending.turns if t.turn > after})
+    out.update({p.turn.turn: p.turn for p in session.packer.pieces if p.turn.turn > after})
     return [out[n] for n in sorted(out)]

@@ -41,9 +41,29 @@ class Tokenizer:
 
         self.name = encoding
         self._enc = tiktoken.get_encoding(encoding)
+        self._deltas: dict[tuple[str, str], int] = {}   # (end of a text, suffix) → tokens the suffix adds
 
     def count(self, text: str) -> int:
         return len(self._enc.encode(text, disallowed_special=())) if text else 0
+
+    def count_extended(self, text: str, tokens: int, suffix: str) -> int:
+        """Exact tokens of text + suffix, given text's own exact count: only the end of text after its
+        last pre-token boundary is counted again (with and without the suffix), and that difference is
+        cached. The boundary is the last space after an ASCII letter: in the tiktoken encodings pager
+        uses (cl100k, o200k) no pre-token holds a letter followed by a space (a run of letters takes a
+        non-letter only in front of it, a contraction only starting with an apostrophe), so every
+        pre-token before it is the same whatever follows, and text[c:] + suffix is pre-tokenized alone
+        as it is within the whole. Without such a space, the whole is counted."""
+        c = last_boundary(text)
+        if c <= 0:
+            return self.count(text + suffix)
+        key = (text[c:], suffix)
+        delta = self._deltas.get(key)
+        if delta is None:
+            if len(self._deltas) > 100_000:
+                self._deltas.clear()
+            delta = self._deltas[key] = self.count(key[0] + suffix) - self.count(key[0])
+        return tokens + delta
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())
@@ -103,6 +123,20 @@ class Tokenizer:
             else:
                 top = mid - 1
         return lo
+
+
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def last_boundary(text: str, within: int = 200) -> int:
+    """The last index c (in text's last `within` characters) where text[c] is a space after an ASCII
+    letter, a pre-token boundary whatever comes after (Tokenizer.count_extended); 0 if none."""
+    c = text.rfind(" ", max(1, len(text) - within))
+    while c > 0:
+        if text[c - 1] in _ASCII_LETTERS:
+            return c
+        c = text.rfind(" ", max(1, len(text) - within), c)
+    return 0
 
 
 @lru_cache(maxsize=4)

@@ -78,3 +78,64 @@ def test_a_block_counts_as_its_header_plus_its_body(header, body, separator, enc
     header = "[" + header + "]"
     if starts_clean(body):
         assert count(header + "\n" + body + separator) == count(header + "\n") + count(body + separator)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=words, separator=st.sampled_from(["\n\n", "\n", " ", "]"]), encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_text_extended_counts_from_its_own_count(text, separator, encoding):
+    """Tokenizer.count_extended recounts only a text's end after its last letter-space boundary: the
+    result is the exact count of the whole, for any text and suffix."""
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    for t in (text, text + " said it", "Maya: " + text + " on 8 May."):
+        assert tokenizer.count_extended(t, tokenizer.count(t), separator) == tokenizer.count(t + separator), repr(t)
+
+
+keyword = st.text(alphabet=alphabet, min_size=1, max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(n=st.integers(min_value=1, max_value=10**9), date=st.one_of(st.just(""), st.text(alphabet=alphabet, max_size=30),
+                                                                   st.sampled_from(["8 May 2023", "1 Jan 1999", "2023-05-08"])),
+       keywords=st.lists(st.one_of(keyword, st.from_regex(r"[a-z]{2,9}", fullmatch=True)), max_size=4),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_header_counts_as_its_parts(n, date, keywords, encoding):
+    """Renderer._header_parts sums cached counts of a header's parts instead of counting each new page's
+    header: wherever _parts_exact allows it, the sum is the exact count (with and without its newline)."""
+    from types import SimpleNamespace
+
+    from pager.render import Renderer
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    render = Renderer(SimpleNamespace(tokenizer=tokenizer))
+    keywords = tuple(keywords)
+    if not Renderer._parts_exact(date, keywords):
+        return
+    base = "[" + " · ".join([f"p{n}"] + ([date] if date else []))
+    header = f"{base} · bookmarks: {', '.join(keywords)}]" if keywords else base + "]"
+    assert render._header_parts(n, date, keywords, "]") == tokenizer.count(header)
+    assert render._header_parts(n, date, keywords, "]\n") == tokenizer.count(header + "\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(min_value=1, max_value=10**7), date=st.sampled_from(["", "8 May 2023", "12 December 1999", "x"]),
+       keywords=st.lists(st.from_regex(r"[a-z][a-z ]{0,14}[a-z0-9]", fullmatch=True), max_size=4),
+       limit=st.integers(min_value=3, max_value=40), encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_header_fit_by_parts_is_the_counted_fit(n, date, keywords, limit, encoding):
+    """The header's bookmarks fitted from its parts' counts are those the whole-header counts fit, and
+    the tokens it keeps for the header with its newline are that header's count."""
+    from types import SimpleNamespace
+
+    from pager.render import Renderer
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    render = Renderer(SimpleNamespace(tokenizer=tokenizer))
+    keywords = tuple(keywords)
+    base = "[" + " · ".join([f"p{n}"] + ([date] if date else []))
+    cut, line = render._fit_by_parts(n, date, keywords, limit)
+    assert cut == render._fit_counted(base, keywords, limit)
+    header = f"[p{n}]" if cut < 0 else (f"{base} · bookmarks: {', '.join(keywords[:cut])}]" if cut else base + "]")
+    assert line == tokenizer.count(header + "\n")

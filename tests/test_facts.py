@@ -203,3 +203,19 @@ def test_the_journal_refuses_malformed_facts():
             "turns": [1], "pages": [1], "ts": 0.0, "date": "1 Jan 2024", "source": "script"}
     assert journal.valid(good) == ""
     assert journal.valid({**good, "n": 0}) and journal.valid({**good, "text": " "}) and journal.valid({**good, "turns": 1})
+
+
+def test_best_first_is_the_stable_argsort_without_sorting_everything():
+    import random
+
+    import numpy as np
+
+    from pager.facts import best_first
+
+    seed = random.randrange(10**6)
+    rng = np.random.default_rng(seed)
+    for trial in range(500):
+        n, k = int(rng.integers(1, 200)), int(rng.integers(0, 220))
+        scores = rng.integers(0, 4, n).astype(np.float64) if trial % 2 else rng.random(n).astype(np.float32)
+        scores[rng.integers(0, n, n // 3)] = 0.0   # ties, at the cut too
+        assert best_first(scores, k).tolist() == np.argsort(-scores, kind="stable")[:k].tolist(), f"seed {seed}"

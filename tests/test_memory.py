@@ -257,7 +257,8 @@ def test_the_timeline_shows_the_tiers_as_lanes(tmp_path):
     path = tmp_path / "memory.jsonl"
     record(path, [{"speaker": "Maya", "text": t, "ts": 1_700_000_000 + 86_400 * i} for i, t in enumerate(TALK)],
            ["Where does Maya live now?", "My home city is Lyon.", "What is my home city?"],
-           Config(budget=2048, session="memory", embedder="hash", memory_model="pager/keeper", bookmark_batch=4),
+           Config(budget=2048, session="memory", embedder="hash", memory_model="pager/keeper", bookmark_batch=4,
+                  live_summaries=False),   # the tiers this model writes; no summaries, so no lane for them
            "a memory model, scripted", writer=MemoryWriter(HandlerModel(Keeper(), "pager/keeper"), 4))
     made = timeline.write(path, tmp_path / "t.html")
     page = (tmp_path / "t.html").read_text()

@@ -238,3 +238,48 @@ def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
             bm25._arrays, bm25._length_array = {}, np.zeros(0, dtype=np.float32)
             assert np.array_equal(grown_scores, bm25.scores(query)), i
     assert len(s.pages) > 20
+
+
+def test_top_k_selects_what_argpartition_selects():
+    """search.top_k ranks only the values above a floor of block maxima: it returns the indices
+    argpartition would (ties at the cut decided by argpartition itself), for values with
+    and without ties, zeros, and -inf; seeds printed on failure."""
+    import numpy as np
+
+    from pager.search import top_k
+
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        n, k = int(rng.integers(1, 30_000)), int(rng.integers(1, 300))
+        values = rng.random(n).astype(np.float32)
+        if seed % 4 == 1:
+            values[rng.random(n) < 0.7] = 0
+        elif seed % 4 == 2:
+            values = np.round(values * 5).astype(np.float32)   # ties everywhere, at the cut too
+        elif seed % 4 == 3:
+            values[rng.random(n) < 0.1] = -np.inf
+        got = top_k(values, k)
+        if k >= n:
+            assert sorted(got.tolist()) == list(range(n)), seed
+            continue
+        assert sorted(got.tolist()) == sorted(np.argpartition(-values, k - 1)[:k].tolist()), seed
+
+
+def test_page_best_is_the_maximum_of_each_pages_pieces():
+    """Index._page_best takes each page's best piece by layers: the same maxima as reduceat, with pages
+    of one piece, of several, and (then by reduceat) of very many; seeds printed on failure."""
+    import numpy as np
+
+    from pager.search import Index
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(1, 6, int(rng.integers(1, 3000)))
+        if seed % 3 == 0:
+            lengths[int(rng.integers(len(lengths)))] = int(rng.integers(6, 120))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        fused = rng.random(int(lengths.sum())).astype(np.float32)
+        fused[rng.random(len(fused)) < 0.3] = 0
+        arrays = {"starts": starts}
+        for _ in range(2):   # made, then kept
+            assert np.array_equal(Index(4)._page_best(fused, arrays), np.maximum.reduceat(fused, starts)), seed

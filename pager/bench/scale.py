@@ -16,7 +16,10 @@ full-text query, both filtered to the session (`reference_query_ms`; queries emb
 beforehand, so the reference pays no embedding and the ratio does not flatter pager), and for
 ingest the same turns embedded with the configured embedder and appended in batches of 1,000
 with no journal (`reference_append_turns_per_s`). `paging_ratio` = paging p95 / reference p95;
-`ingest_ratio` = durable ingest rate / reference rate. On a shared machine wall time includes
+`ingest_ratio` = durable ingest rate / reference rate, pager appending in groups of 1,000 as the
+reference does (one journal fsync per group, each acknowledged after it; `pager ingest FILE` makes
+the whole file one group), with appends of 50 reported beside it (`ingest_50_turns_per_s`,
+`ingest_50_ratio`) and both in CPU time too (`ingest_cpu_ratio`). On a shared machine wall time includes
 waiting for a core, so paging and the reference queries are timed in CPU time of the process as
 well (`paging_cpu_ms`, `reference_query_cpu_ms`: LanceDB's own threads count too), and
 `paging_cpu_ratio` is their p95 ratio.
@@ -122,6 +125,60 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
     return len(sealed), len(turns)
 
 
+INGEST_APPEND = 1_000   # turns per durable append in the headline ingest figure: the reference's batch
+
+
+def _durable_ingest(home: Home, session, texts: list[str], size: int, bar) -> tuple[float, float]:
+    """(turns/s wall, turns/s of process CPU) appending texts through the durable path in groups of
+    `size` (one journal fsync each, acknowledged after it), then flushing them to the store."""
+    task = bar.add_task(f"durable ingest, appends of {size}", total=len(texts))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i in range(0, len(texts), size):
+        session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(texts[i : i + size])])
+        bar.update(task, completed=i + size)
+    home.flush()
+    return len(texts) / (time.perf_counter() - t0), len(texts) / (time.process_time() - c0)
+
+
+class _Bulk:
+    """The background sessions written in large batches, as a bulk import would write them: one
+    LanceDB append per table per `size` pages (on an object store, a handful of objects and one
+    manifest) instead of one per session, and without Store.put's read of the keys already stored (a
+    filtered scan per session and table, which on the object store grew with the table: 14 of the 74
+    s of building 100K pages into the local S3 server). Only for a fresh store no other process
+    writes; pager's own durable path is untouched (the measured session's ingest goes through it)."""
+
+    def __init__(self, store, size: int = 20_000) -> None:
+        self.store, self.size, self.batch = store, size, Batch()
+
+    @property
+    def dim(self) -> int:
+        return self.store.dim
+
+    def put(self, batch: Batch) -> None:
+        self.batch.turns += batch.turns
+        self.batch.pages += batch.pages
+        self.batch.vectors += batch.vectors
+        if len(self.batch.pages) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self.batch = self.batch, Batch()
+        if not batch.pages:
+            return
+        from ..store import LanceStore, _page_row, _turn_row
+
+        if not isinstance(self.store, LanceStore):
+            self.store.put(batch)
+            return
+        import pyarrow as pa
+
+        schemas = self.store._schemas()
+        for name, rows in (("turns", [_turn_row(t) for t in batch.turns]),
+                           ("pages", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)])):
+            self.store._tables[name].add(pa.Table.from_pylist(rows, schema=schemas[name]))
+
+
 def _percentiles(values: list[float]) -> dict:
     xs = np.array(values)
     return {"p50": round(float(np.percentile(xs, 50)), 3), "p95": round(float(np.percentile(xs, 95)), 3),
@@ -138,26 +195,40 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
     tokenizer = get_tokenizer(config.encoding)
     load_before = os.getloadavg()[0]   # the machine's load, for reading the milliseconds (the ratios hold up better)
     started = time.perf_counter()
+    phases: dict[str, float] = {}   # seconds per phase of the run, to see where a slow store spends them
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not progress, transient=True) as bar:
+        clock = [time.perf_counter()]
+
+        def phase(name: str) -> None:
+            now = time.perf_counter()
+            phases[name] = round(now - clock[0], 1)
+            clock[0] = now
+            if progress:
+                bar.console.print(f"{name}: {phases[name]:.1f} s", style="dim")
         with Home(config) as home:
             store, embedder = home.store, home.embedder
             background = pages - measured_pages
             per_session = 2_000
             task = bar.add_task("building background sessions", total=background)
             written, sessions = 0, 0
+            bulk = _Bulk(store)
             while written < background:
                 size = min(per_session, background - written)
-                got, _ = _bulk_session(store, tokenizer, f"u{sessions % 50}", f"s{sessions}", size,
+                got, _ = _bulk_session(bulk, tokenizer, f"u{sessions % 50}", f"s{sessions}", size,
                                        config.page_tokens, seed=sessions + 10)
                 written += got
                 sessions += 1
                 bar.update(task, completed=min(written, background))
+            bulk.flush()
+            phase("background sessions")
             task = bar.add_task("building the measured session", total=1)
-            got, base_turns = _bulk_session(store, tokenizer, "u0", "measured", measured_pages, config.page_tokens,
+            got, _ = _bulk_session(store, tokenizer, "u0", "measured", measured_pages, config.page_tokens,
                                             seed=7, embedder=embedder)
             bar.update(task, completed=1)
+            phase("measured session")
             store.compact(0)
+            phase("compaction")
             built_s = time.perf_counter() - started
         total_pages = written + got
         # open the measured session as a user would, and extend it through the durable path
@@ -165,16 +236,15 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             t0 = time.perf_counter()
             session = home.open()
             open_s = time.perf_counter() - t0
+            phase("open the session")
             settle()  # as the REPL and the MCP server do
-            gen = TextGenerator(99)
-            texts = gen.turns(ingest_turns)
-            task = bar.add_task("durable ingest", total=ingest_turns)
-            t0 = time.perf_counter()
-            for i in range(0, ingest_turns, 50):
-                session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(texts[i : i + 50])])
-                bar.update(task, completed=i + 50)
-            home.flush()
-            ingest_s = time.perf_counter() - t0
+            texts = TextGenerator(99).turns(ingest_turns)
+            # appends of 1,000 turns, as the reference appends: one journal fsync each, acknowledged after it
+            # (`pager ingest FILE` makes the whole file one such append); then appends of 50 (a chat's
+            # or a proxy's smaller groups), beside it so nothing is hidden
+            ingest = {size: _durable_ingest(home, session, more, size, bar)
+                      for size, more in ((INGEST_APPEND, texts), (50, TextGenerator(98).turns(ingest_turns // 2)))}
+            phase("durable ingest")
             asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
                     for i in range(queries)]
             bar.stop()  # the progress display's refresh thread would compete for the GIL while timing
@@ -187,29 +257,40 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
                 t0 = time.perf_counter()
                 session.search(q, k=5)
                 searching.append((time.perf_counter() - t0) * 1000)
-            tiers = _tier_costs(session, asks, base_turns + ingest_turns)
+            phase("paging and search")
+            tiers = _tier_costs(session, asks, session.turn_count)
+            phase("tiers")
             bar.start()
             session_pages = len(session.pages)
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         with Home(config) as home:
             home.store.compact(0)
             stats = home.store.stats()
+        phase("close, compact, stats")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pager.cli", "--home", str(home_path), "--db", config.db_uri, "search",
                         "budget review", "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
         cold_s = time.perf_counter() - t0
+        phase("cold search")
         with Home(config) as home:
             reference = _reference(home, asks, texts)
-    raw = _raw_bytes(config)
-    ingest_rate = ingest_turns / ingest_s
+        phase("reference")
+        raw = _raw_bytes(config)
+        phase("raw bytes")
+    ingest_rate, ingest_cpu_rate = ingest[INGEST_APPEND]
     return {
         "pages": total_pages,
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "sessions": sessions + 1,
         "measured_session_pages": session_pages,
         "build_s": round(built_s, 1),
+        "phases_s": phases,
         "open_session_s": round(open_s, 3),
-        "ingest_turns_per_s": round(ingest_turns / ingest_s, 1),
+        "ingest_append_turns": INGEST_APPEND,
+        "ingest_turns_per_s": round(ingest_rate, 1),
+        "ingest_cpu_turns_per_s": round(ingest_cpu_rate, 1),
+        "ingest_50_turns_per_s": round(ingest[50][0], 1),
+        "ingest_50_cpu_turns_per_s": round(ingest[50][1], 1),
         "paging_ms": _percentiles(paging),
         "paging_cpu_ms": _percentiles(paging_cpu),
         "search_ms": _percentiles(searching),
@@ -224,9 +305,12 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "reference_vector_ms": reference["vector_ms"],
         "reference_fts_ms": reference["fts_ms"],
         "reference_append_turns_per_s": round(reference["append_turns_per_s"], 1),
+        "reference_append_cpu_turns_per_s": round(reference["append_cpu_turns_per_s"], 1),
         "paging_ratio": round(float(np.percentile(paging, 95)) / max(reference["query_ms"]["p95"], 1e-9), 3),
         **tiers,
         "ingest_ratio": round(ingest_rate / reference["append_turns_per_s"], 3),
+        "ingest_50_ratio": round(ingest[50][0] / reference["append_turns_per_s"], 3),
+        "ingest_cpu_ratio": round(ingest_cpu_rate / reference["append_cpu_turns_per_s"], 3),
         # the same ratio in CPU time (every thread of the process): on a shared machine, wall time is
         # also the time spent waiting for a core, which the ratio above does not separate out
         "paging_cpu_ratio": round(float(np.percentile(paging_cpu, 95)) / max(reference["query_cpu_ms"]["p95"], 1e-9), 3),
@@ -239,7 +323,8 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     older ones on their subject, as a memory model writes them), a working state of 12 keys, and
     episode summaries (one per 50 turns) with a rolling one; then each question is assembled with
     the tiers and without them (the session's facts, state and summaries set aside), in alternating
-    order so neither side always follows the other."""
+    order so neither side always follows the other, each from the same paging state (the one the
+    question found), so that neither pays for or profits from the frames the other left."""
     from ..facts import Draft, Facts
     from ..state import State
     from ..summaries import Draft as SummaryDraft, Summaries
@@ -271,7 +356,9 @@ def _tier_costs(session, asks: list[str], turns: int) -> dict:
     cpu: dict[bool, list[float]] = {True: [], False: []}
     shown: list = []
     for i, q in enumerate(asks):
+        start = session.paging_state()   # both sides start from the same frames: neither inherits the other's
         for tiers in ((tiered, bare) if i % 2 else (bare, tiered)):
+            session.load_paging_state(start)
             session.facts, session.state, session.summaries = tiers
             t0, c0 = time.perf_counter(), time.process_time()
             ctx = build(session, q, prefix="You are a helpful assistant.", budget=8192)
@@ -330,16 +417,16 @@ def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
     schema = pa.schema([("user", pa.string()), ("session", pa.string()), ("turn", pa.int64()), ("text", pa.string()),
                         ("vector", pa.list_(pa.float32(), store.dim))])
     table = store.db.create_table("reference_turns", schema=schema)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(texts), 1000):
         batch = texts[i : i + 1000]
         embedded = embedder.embed(batch)
         table.add(pa.Table.from_pylist([{"user": "u0", "session": "reference", "turn": i + j + 1, "text": t,
                                          "vector": embedded[j].tolist()} for j, t in enumerate(batch)], schema=schema))
-    append_s = time.perf_counter() - t0
+    append_s, append_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     store.db.drop_table("reference_turns")
     return {"query_ms": _percentiles(both), "query_cpu_ms": _percentiles(cpu), "vector_ms": _percentiles(vector_ms), "fts_ms": _percentiles(fts_ms),
-            "append_turns_per_s": len(texts) / append_s}
+            "append_turns_per_s": len(texts) / append_s, "append_cpu_turns_per_s": len(texts) / append_cpu_s}
 
 
 def _env(extra: dict) -> dict:

@@ -138,6 +138,7 @@ def make(folder: Path) -> dict[str, dict]:
         "the recorded answers back (facts_written, state_written) and calls no model.",
         writer=MemoryWriter(HandlerModel(ScriptedMemory(), "pager/script-memory"), 2))
     out["episode_summaries"] = episode_summaries(folder, talk)
+    out["live_summaries"] = live_summaries(folder, talk)
     out["demo"] = record(
         HERE / "demo_trace.jsonl", talk, [q for q, _ in QUESTIONS], Config(budget=2048, session="demo"),
         "The demo's session: the bundled conversation under a 2048-token budget and the six demo questions. "
@@ -162,6 +163,51 @@ def episode_summaries(folder: Path, talk: list[dict]) -> dict:
         "each a `summary` event (the timeline's summaries lane); then two questions. Replay feeds the "
         "recorded answer back (summaries_written) and runs no producer. "
         "Replies: the offline memory shell (no LLM).", setup=summarize)
+
+
+LIVE_DAYS = [["What did we decide about the sync engine?", "Remind me who is allergic to peanuts."],
+             ["What does Halvorsen need before they sign?", "Note: the offsite moved to Lisbon."],
+             ["Where is the offsite now?"]]
+
+
+def live_summaries(folder: Path, talk: list[dict]) -> dict:
+    """Summaries made during a live chat: questions on three days (a clock set a day apart), so each
+    day's first message closes the episode before it and the agent loop summarizes it after the reply."""
+    import tempfile
+
+    from ..agent import Agent
+    from ..home import Home
+    from ..offline import OfflineShell
+    from ..search import label_time
+    from ..store import MemoryStore
+    from ..trace import TraceWriter, begin
+
+    path = Path(folder) / "live_summaries.jsonl"
+    path.unlink(missing_ok=True)
+    start = label_time(talk[79]["date"]) + 3 * 86_400 + 9 * 3600   # 9 am, three days after the last check-in
+    now = [start]
+    with tempfile.TemporaryDirectory(prefix="pager-record-") as home_folder:
+        home = Home(Config(home=Path(home_folder), budget=2048, session="live"), store=MemoryStore(), durable=False,
+                    clock=lambda: now[0])
+        session = home.open()
+        writer = TraceWriter(path, note=(
+            "Summaries during a live chat: 80 turns of check-ins, then questions on three days (the clock a day "
+            "apart). Each day's first message closes the episode before it, and after its reply the agent loop "
+            "writes that episode's summary and the rolling summary's next version (the extractive producer: no "
+            "model), as `summaries_written` and `summary` events; replay takes the recorded ones and runs no "
+            "producer. Replies: the offline memory shell (no LLM)."))
+        session.events.listeners.append(writer)
+        agent = Agent(session, HandlerModel(OfflineShell()), speaker="Maya")
+        begin(session, "pager/offline", agent.budget)
+        session.append_many(talk[:80])
+        for d, day in enumerate(LIVE_DAYS):
+            for i, question in enumerate(day):
+                now[0] = start + d * 86_400 + 60 * i
+                agent.ask(question)
+        session.emit("session_end", turns=session.turn_count, **session.counters)
+        writer.close()
+        home.journal.close(remove=True)
+        return {**session.counters, "summaries": len(session.summaries)}
 
 
 if __name__ == "__main__":

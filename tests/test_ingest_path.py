@@ -1,0 +1,154 @@
+"""The faster ingest path stores and finds exactly what the plain one does (issue 15).
+
+Offline keywords use a quicker date pattern and skip scans that cannot match, BM25 terms of ASCII
+text skip the CJK loop, and a large append packs its pages while the helper thread is still
+embedding. Each is checked against the plain form here: the release's date pattern and every scan,
+the general terms loop, and a home fed one message at a time without the helper.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from pager import bookmarks as bm
+from pager.bench.scale import NAMES, TextGenerator
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+from pager.search import _TOKEN, _term, terms
+from pager.store import MemoryStore
+
+# the date pattern of release 0.1, every month name spelled out
+RELEASE_DATE = re.compile(
+    r"\b\d{1,2}\s+(?:" + "|".join(bm.MONTHS) + r")[a-z]*,?\s+\d{4}\b|\b(?:" + "|".join(bm.MONTHS)
+    + r")[a-z]*\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|\b\d{4}-\d{2}-\d{2}\b",
+    re.IGNORECASE,
+)
+
+PIECES = ["1", "9", "12", "31", "2023", "1999-12-31", "2023-5-1", "May", "may", "MAY", "Sept", "September", "sept",
+          "Jun", "jUNE", "Julyish", "Decimal", "march", "Mar", "Maryland", "3rd", "21st", "2nd", "th", ",", ".", " ",
+          "  ", "\n", "\t", "x", "ab", "-", "_", "05", "Mayday", "junk", "Aug", "of", "the", "Bank", "of", "England",
+          "`cfg.load`", "cfg.load", "camelCase", "McDonald", "snake_case", "$40", "20%", "3 pm", "東京大学", "é", "ſep",
+          "Zoë", "K", "ok", "Sam:", "(9 May 2023)", "Maya", "Petra", "v2.0", "e.g.", "U.S.", "'s", "’s"]
+texts = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map("".join)
+spaced = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map(" ".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(texts, spaced))
+def test_the_date_pattern_finds_what_the_release_pattern_found(text):
+    assert [m.span() for m in bm._DATE.finditer(text)] == [m.span() for m in RELEASE_DATE.finditer(text)], text
+
+
+def _release_extract(text, monkeypatch_like):
+    """extract() with the release's date pattern and no scan skipped."""
+    with monkeypatch_like.context() as m:
+        m.setattr(bm, "_DATE", RELEASE_DATE)
+        m.setattr(bm, "_may_hold_identifier", lambda body: True)   # the identifier scan always runs
+        return bm.extract(text)
+
+
+def _samples() -> list[str]:
+    gen = TextGenerator(5)
+    pages = ["\n".join(f"{NAMES[i % len(NAMES)]}: {t}" for i, t in enumerate(gen.turns(3))) for _ in range(150)]
+    return pages + ["Dr. `cfg.load` and snake_case_name met camelCase at 9 May 2023, v2.0 on 2023-05-09.",
+                    "東京大学 で Maya と会った 12 May 2024", "(9 May 2023)\nSam: we fly on May 9th, 2024 to Lake Como"]
+
+
+def test_offline_keywords_are_the_release_keywords(monkeypatch):
+    for text in _samples():
+        assert bm.extract(text) == _release_extract(text, monkeypatch), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(spaced)
+def test_offline_keywords_of_odd_text_are_the_release_keywords(text):
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        assert bm.extract(text) == _release_extract(text, mp), text
+
+
+def _general_terms(text: str) -> list[str]:
+    """terms() without its ASCII shortcut: the CJK-aware loop for every text."""
+    out, cjk = [], []
+    for tok in _TOKEN.findall(text.lower()) + [""]:
+        if len(tok) == 1 and ord(tok) > 0x3000:
+            cjk.append(tok)
+            continue
+        if cjk:
+            out.extend(cjk if len(cjk) == 1 else [a + b for a, b in zip(cjk, cjk[1:])])
+            cjk = []
+        if tok and _term(tok) is not None:
+            out.append(_term(tok))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(texts, spaced))
+def test_bm25_terms_are_those_of_the_general_loop(text):
+    assert terms(text) == _general_terms(text)
+
+
+def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path):
+    """Appends of 1,000 through the durable path (journal, helper-thread embedding, packing beside
+    it) against one message at a time without a journal: the same pages, keywords, vectors and
+    search results."""
+    messages = [{"speaker": NAMES[i % len(NAMES)], "text": t} for i, t in enumerate(TextGenerator(11).turns(2500))]
+
+    def ingest(durable: bool, size: int):
+        cfg = Config(home=tmp_path / f"h{durable}", budget=4096, page_tokens=128, embedder="hash")
+        store = MemoryStore()
+        home = Home(cfg, store=store, embedder=HashEmbedder(), durable=durable)
+        s = home.open("work")
+        for i in range(0, len(messages), size):
+            s.append_many(messages[i : i + size])
+        home.flush()
+        used = home._early is not None
+        pages = [(p.n, p.text, p.spans, p.keywords, p.tokens, p.importance) for p in s.pages.values()]
+        results = [[(h.n, round(h.score, 6)) for h in s.search(q, k=8)]
+                   for q in ("what did Maya say about the budget?", "deploy review on 3 May", "the dog and the coffee",
+                             "Petra marathon 1200")]
+        stored, stored_vectors = store.pages(s.user, s.name)
+        assert [(p.n, p.keywords) for p in stored] == [(p[0], p[3]) for p in pages]   # flushed as held
+        vectors = s.index.vectors().copy()
+        home.close()
+        return pages, results, (vectors, np.concatenate(stored_vectors)), used
+
+    fast, plain = ingest(True, 1000), ingest(False, 1)
+    assert fast[3] and not plain[3]   # the durable home embedded on the helper; the other had no fsync to wait for
+    assert len(fast[0]) > 500
+    assert fast[0] == plain[0]
+    assert fast[1] == plain[1]
+    assert np.array_equal(fast[2][0], plain[2][0]) and np.array_equal(fast[2][1], plain[2][1])
+
+
+def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
+    """`bench scale` writes its background sessions in large appends, past Store.put: the same rows."""
+    from pager.bench.scale import _Bulk, _bulk_session
+    from pager.store import LanceStore
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer("cl100k_base")
+
+    def build(bulk: bool):
+        store = LanceStore(str(tmp_path / f"db{bulk}"), dim=8)
+        sink = _Bulk(store, size=500) if bulk else store
+        for i in range(4):
+            _bulk_session(sink, tokenizer, f"u{i % 2}", f"s{i}", 300, 128, seed=i + 10)
+        if bulk:
+            sink.flush()
+        store.refresh()
+        out = {}
+        for i in range(4):
+            pages, vectors = store.pages(f"u{i % 2}", f"s{i}")
+            out[i] = ([t.to_dict() for t in store.turns(f"u{i % 2}", f"s{i}")], pages,
+                      [np.asarray(v).tobytes() for v in vectors])
+        return out
+
+    bulk, plain = build(True), build(False)
+    assert all(len(bulk[i][1]) == 300 for i in range(4))
+    assert bulk == plain
