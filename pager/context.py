@@ -21,6 +21,7 @@ import copy
 import hashlib
 import itertools
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -467,7 +468,7 @@ MOST_FACTS = 200   # facts ranked for the slabs (a 128-token slab holds about fo
 
 
 def split(session: Session, pages: list, ranked: list[tuple], weights, frames: int, most: int,
-          fixed: set[int], excerpts: list[tuple] = (), most_excerpts: int = 0) -> tuple[int, int, list[tuple]]:
+          fixed: set[int], excerpts: Sequence[tuple] = (), most_excerpts: int = 0) -> tuple[int, int, list[tuple]]:
     """(fact slabs, at most `most`; excerpt slabs, at most `most_excerpts`; the excerpts chosen, in
     order): how `frames` are split, greedy by evidence per token.
 
@@ -498,7 +499,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
                     out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
         return out
 
-    offers = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
+    offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
     for rank, (fact, line, weight) in enumerate(ranked):
         if weight > 0 and not set(fact.turns) <= shown:
             cost = session.render.line_tokens(line) + 1
@@ -513,7 +514,8 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
     slabs = {False: 0, True: 0}
     chosen: list[tuple] = []
-    stale, page_value, turns_on_page = True, 0.0, {}
+    stale, page_value = True, 0.0
+    turns_on_page: dict[int, float] = {}
     while taken_pages + slabs[False] + slabs[True] < frames:
         if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
             page_value, turns_on_page, stale = 0.0, {}, False
@@ -532,13 +534,14 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             break
         if best and best[0] > page_value:
             heapq.heappop(offers)
-            kind = best[3] is not None
+            line = best[3]
+            kind = line is not None
             tokens[kind] += best[2]
             slabs[kind] = -(-tokens[kind] // room[kind])
             shown.update(best[1])
             stale = any(t in turns_on_page for t in best[1])
-            if kind:
-                chosen.append(best[3])
+            if line is not None:
+                chosen.append(line)
         elif next_page < len(pages) and page_value > 0:
             taken_pages += 1
             next_page += 1

@@ -26,7 +26,7 @@ def starts_clean(body: str) -> bool:
 class Renderer:
     def __init__(self, session: "Session") -> None:
         self.s = session
-        self._headers: dict[int, tuple[tuple, str]] = {}
+        self._headers: dict[int, tuple[tuple, str, int | None]] = {}   # n → (what it was made of, header, its tokens with "\n")
         self._keyword_costs: dict[str, int] = {}
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}

@@ -371,8 +371,8 @@ class Session:
         """Embed newly sealed pages in one batch and index them."""
         while self.embedding_early:   # the helper's vectors for turns this process accepted (Home._embed_early)
             future, accepted = self.embedding_early.pop(0)
-            vectors = _early_vectors(future)
-            self.embedded_early.update((t, vectors[t]) for t in accepted if t in vectors)
+            made = _early_vectors(future)
+            self.embedded_early.update((t, made[t]) for t in accepted if t in made)
         pages = self._unembedded
         if not pages:
             return

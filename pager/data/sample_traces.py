@@ -184,7 +184,9 @@ def live_summaries(folder: Path, talk: list[dict]) -> dict:
 
     path = Path(folder) / "live_summaries.jsonl"
     path.unlink(missing_ok=True)
-    start = label_time(talk[79]["date"]) + 3 * 86_400 + 9 * 3600   # 9 am, three days after the last check-in
+    last = label_time(talk[79]["date"])
+    assert last is not None, "the demo's last check-in names a day"
+    start = last + 3 * 86_400 + 9 * 3600   # 9 am, three days after the last check-in
     now = [start]
     with tempfile.TemporaryDirectory(prefix="pager-record-") as home_folder:
         home = Home(Config(home=Path(home_folder), budget=2048, session="live"), store=MemoryStore(), durable=False,
