@@ -537,6 +537,7 @@ def bench_locomo(
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
     memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
+    excerpts: Optional[int] = typer.Option(None, "--excerpts", help="with --memory: frames of excerpts (whole turns no fact tells) beside the fact slabs; default 0"),
 ) -> None:
     """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
     import json
@@ -550,7 +551,7 @@ def bench_locomo(
         need("rank_bm25", "the BM25 baseline (or --no-baselines)")
     if plot:
         need("matplotlib", "--plot")
-    config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model)
+    config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts)
     if memory not in ("", "recorded"):
         from pager.errors import InputError
 

@@ -64,7 +64,9 @@ class StepPrinter:
             self.console.print(f"  [magenta]pinned {escape(str(d['page']))}[/]", highlight=False)
         elif kind == "model_request":
             self.totals.append(d["tokens"]["total"])
-            self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames")
+            excerpts = f", {len(d['excerpts'])} excerpt(s) of turns {', '.join(map(str, d['excerpts'][:6]))}" if d.get("excerpts") else ""
+            self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames"
+                        + excerpts)
         elif kind == "tool_call":
             args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
             self.console.print(f"  [cyan]↳ {escape(d['name'])}[/]({escape(args)})", highlight=False)

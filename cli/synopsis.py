@@ -16,7 +16,7 @@ def _commands(command, path: tuple[str, ...] = ()):
 
 METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_model": "M", "memory_model": "M",
             "budget": "N",
-            "policy": "P", "page_tokens": "N", "pages": "N", "conversations": "N", "questions": "N", "step": "N",
+            "policy": "P", "page_tokens": "N", "pages": "N", "conversations": "N", "questions": "N", "excerpts": "N", "step": "N",
             "k": "N", "json_path": "OUT", "out": "OUT", "html": "OUT.html", "plot": "OUT.png", "keep": "DIR",
             "data": "FILE", "conversation": "ID", "format": "F", "host": "H", "port": "P", "tenant": "T",
             "key_id": "ID", "clients": "N", "shared": "N", "turns": "N", "alone_turns": "N", "earlier": "N",

@@ -165,7 +165,8 @@ class Agent:
             except BudgetError as exc:
                 return self._fail(step, calls, f"the prompt no longer fits the budget ({exc})")
             s.emit("model_request", step=step, digest=ctx.digest, tokens=ctx.tokens, frames=ctx.frames,
-                   pages=[f"p{n}" for n in ctx.pages])
+                   pages=[f"p{n}" for n in ctx.pages],
+                   **({"excerpts": ctx.excerpts} if ctx.excerpts else {}))   # turns shown whole in excerpt slabs
             self.on_context(ctx)
             try:
                 reply = self.model.complete(ctx.messages() + scratch, self.tools + self._client_tools)

@@ -76,6 +76,7 @@ class Config:
     state_share: float = 0.15    # share of the memory budget the working state may take (it comes before pages)
     fact_share: float = 0.5      # the most of the frames fact slabs may take; how many they take is decided per message
     summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
+    excerpt_slabs: int = 0       # frames of excerpts (a turn no fact tells, of a page found but not held) with facts; 0: off
     live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
@@ -113,6 +114,8 @@ class Config:
             raise ConfigError("autopage_share must be in (0, 1]")
         if not 0 <= self.fact_share < 1:
             raise ConfigError(f"fact_share {self.fact_share} must be in [0, 1)")
+        if self.excerpt_slabs < 0:
+            raise ConfigError(f"excerpt_slabs {self.excerpt_slabs} must be 0 or more")
         if not 0 <= self.summary_share < 1:
             raise ConfigError(f"summary_share {self.summary_share} must be in [0, 1)")
         if not 0 <= self.state_share < 1:

@@ -1,10 +1,11 @@
 """Context assembly: what the model sees, never a token over the budget.
 
 Order (DESIGN.md step 3): the static prefix (system prompt, tool schemas: byte-stable across
-turns, so provider prompt caches hit), the memory map, the working state, the resident pages in
-conversation order each under its header, then the current message. The budget goes first to
-the message, then to the state (up to `state_share` of what is left, always leaving one frame),
-then to the frames.
+turns, so provider prompt caches hit), the memory map, the working state, the episode summaries,
+the fact slabs (and, with `excerpt_slabs`, excerpt slabs: whole turns of pages on disk), the
+resident pages in conversation order each under its header, then the current message. The
+budget goes first to the message, then to the state (up to `state_share` of what is left, always
+leaving one frame), then to the frames.
 
 Token accounting follows the chat format: each message costs its content plus
 MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
@@ -20,6 +21,7 @@ import copy
 import hashlib
 import itertools
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,7 @@ import numpy as np
 from pager.prompts import render
 
 from .errors import BudgetError
+from .page import page_id
 from .session import Session
 
 MESSAGE_OVERHEAD = 4
@@ -46,6 +49,7 @@ class Context:
     dropped: list[int] = field(default_factory=list)
     facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
     summaries: list[int] = field(default_factory=list)   # summary numbers shown, in rank order
+    excerpts: list[int] = field(default_factory=list)    # turn numbers shown whole as excerpt lines in slabs
 
     @property
     def system(self) -> str:
@@ -145,20 +149,25 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         known[summaries] = summary_tokens
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
                    state, texts, summaries, known)
-    ctx.facts = [f.n for slab in packed for f, _ in slab]
+    ctx.facts = [f.n for slab in packed for f, _ in slab if not isinstance(f, Excerpt)]
+    ctx.excerpts = [x.turn for slab in packed for x, _ in slab if isinstance(x, Excerpt)]
     ctx.summaries = shown_summaries
     return ctx
 
 
 def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list]:
-    """Split the frames between fact slabs and pages, and fill both from one search.
+    """Split the frames between slabs and pages, and fill both from one search.
 
     The search scores every piece of every page for the message. A fact is ranked by its own match
-    and by the score of the piece it came from (the page search's many signals, read at the turn). How
-    many slabs: the frames go, one at a time, to whichever shows more of the message's evidence per
-    token, the next page of the search or the best facts not on a page already shown (`split`), with
-    slabs taking at most `fact_share` of the frames. Pages are then faulted once, and the slabs filled
-    with the best facts whose pages are not resident."""
+    and by the score of the piece it came from (the page search's many signals, read at the turn). An
+    excerpt is one whole turn no fact tells, of a page not resident, as a line naming its page
+    (`page_in` brings the rest): ~30 tokens instead of a frame. How many slabs of each: the frames
+    go, one at a time, to whichever shows more of the message's evidence per token, the next page of
+    the search, the best fact or the best excerpt of a turn not shown already (`split`); fact slabs
+    take at most `fact_share` of the frames, excerpt slabs at most `excerpt_slabs` (0 by default: on
+    LoCoMo they did not pay, BENCHMARKS.md, third round of issue 14). Pages are then
+    faulted once; the fact slabs are filled with the best facts whose pages are not resident, the
+    excerpt slabs with the excerpts the split chose, then the next best, of pages not resident."""
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
@@ -167,13 +176,121 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     ranked = rank_facts(session, message, weights)
     fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
     above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
-    slabs = split(session, above, ranked, weights, frames - len(fixed), most, fixed)
-    session.resize(frames - slabs)
+    most_excerpts = min(cfg.excerpt_slabs, most)
+    excerpts = rank_excerpts(session, weights, fixed, {h.n for h in above}) if most_excerpts else []
+    fact_slabs, excerpt_slabs, chosen = split(session, above, ranked, weights, frames - len(fixed), most, fixed,
+                                              excerpts, most_excerpts)
+    session.resize(frames - fact_slabs - excerpt_slabs)
     if autopage:
         session.autopage(message, hits=hits)
     resident = set(session.resident())
-    packed = pack_slabs(session, [(f, line) for f, line, _ in ranked if not (f.pages and set(f.pages) <= resident)], slabs)
+    packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked
+                                               if not (f.pages and set(f.pages) <= resident)]), fact_slabs)
+    told = {t for slab in packed for f, _ in slab for t in f.turns}
+    lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
+             if item[0].page not in resident and item[0].turn not in told]
+    packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
     return packed, (hits if autopage else [])
+
+
+def breadth_first(facts: list[tuple]) -> list[tuple]:
+    """Facts in rank order, those telling a turn no fact before them told first, then the others:
+    a second fact of the same turn is shown only when the slabs have room left for it (coverage,
+    third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget cells,
+    down on 1)."""
+    told: set[int] = set()
+    first, again = [], []
+    for item in facts:
+        turns = set(item[0].turns)
+        if turns and turns <= told:
+            again.append(item)
+        else:
+            first.append(item)
+            told |= turns
+    return first + again
+
+
+def told_turns(session: Session) -> set[int]:
+    """The turns some fact came from (rebuilt when facts were added)."""
+    cached = _TOLD.get(session)
+    if cached is None or cached[0] != len(session.facts):
+        cached = _TOLD[session] = (len(session.facts), {t for f in session.facts.items for t in f.turns})
+    return cached[1]
+
+
+_TOLD: "weakref.WeakKeyDictionary[Session, tuple]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """One turn's whole text from a page, shown in a slab: `- p4 · 8 May 2023 · Caroline: text`."""
+
+    turn: int
+    page: int
+
+    @property
+    def id(self) -> str:
+        return page_id(self.page)
+
+
+MOST_EXCERPTS = 64   # the best-scored pieces looked at for excerpts (a 128-token slab holds about three)
+
+
+def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int]) -> list[tuple]:
+    """(excerpt, its line, its weight) for the best-scored pieces that are a whole turn no fact tells
+    (a fact says it in fewer tokens), on a page the search found (`found`: its pages above the
+    threshold; a page the search ranks high is evidence more often than a lone well-scored piece
+    elsewhere) and not held in a fixed frame (the open tail, pinned pages), best first."""
+    if weights is None or not len(weights):
+        return []
+    m = min(MOST_EXCERPTS, len(weights))
+    top = np.argpartition(-weights, m - 1)[:m]
+    out, told = [], told_turns(session)
+    for piece in sorted(top.tolist(), key=lambda p: (-float(weights[p]), p)):
+        if weights[piece] <= 0:
+            break
+        n = session.index.piece_page[piece]
+        if n in fixed or n not in found or n not in session.pages:
+            continue
+        held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
+        if held is not None and held[0].turn not in told:
+            out.append((held[0], held[1], float(weights[piece])))
+    return out
+
+
+def excerpt_line(session: Session, n: int, i: int) -> tuple[Excerpt, str] | None:
+    """The excerpt of the i-th piece of page n and its line, or None when the piece is not a whole turn
+    (a long turn split across pages: its excerpt would be part of what was said)."""
+    cache = _EXCERPTS.setdefault(session, {})
+    key = (n, i)
+    if key in cache:
+        return cache[key]
+    page = session.pages[n]
+    turn, start, _ = page.spans[i]
+    after = session.pages.get(n + 1)
+    split_on = start > 0 or (i == len(page.spans) - 1 and after is not None and after.spans
+                             and after.spans[0][0] == turn)
+    held = None
+    if not split_on:
+        date = piece_date(page, i)
+        text = " ".join(page.piece_text(i).split())
+        held = (Excerpt(turn, n), f"- {page_id(n)}{' · ' + date if date else ''} · {text}")
+    cache[key] = held
+    return held
+
+
+def piece_date(page, i: int) -> str:
+    """The date of the i-th piece of a page: the last date marker at or before its line, else the page's first."""
+    for j in range(i, -1, -1):
+        start = page.lines[j][0]
+        offset = page.lines[j - 1][1] + 1 if j else 0
+        marker = page.text[offset:start]
+        if marker.startswith("(") and marker.endswith(")\n"):
+            return marker[1:-2]
+    return page.date_first
+
+
+_EXCERPTS: "weakref.WeakKeyDictionary[Session, dict]" = weakref.WeakKeyDictionary()
 
 
 SUMMARIES_TITLE = "[summaries · episodes of the conversation and the pages they cover]"
@@ -351,18 +468,21 @@ MOST_FACTS = 200   # facts ranked for the slabs (a 128-token slab holds about fo
 
 
 def split(session: Session, pages: list, ranked: list[tuple], weights, frames: int, most: int,
-          fixed: set[int]) -> int:
-    """How many of `frames` go to fact slabs (at most `most`): greedy by evidence per token.
+          fixed: set[int], excerpts: Sequence[tuple] = (), most_excerpts: int = 0) -> tuple[int, int, list[tuple]]:
+    """(fact slabs, at most `most`; excerpt slabs, at most `most_excerpts`; the excerpts chosen, in
+    order): how `frames` are split, greedy by evidence per token.
 
     Each turn counts once, with the weight of its piece; a page offers the turns on it not yet shown,
-    for a frame; a fact offers its turns, for its line's tokens. Pages are taken in the search's
-    order, facts best offer first, until the frames are spent."""
+    for a frame; a fact offers its turns, an excerpt its one turn, for its line's tokens. Pages are
+    taken in the search's order, facts and excerpts best offer first, until the frames are spent. A
+    turn shown once is worth nothing again: no line repeats a page or another line."""
     import heapq
 
-    if most <= 0 or not ranked:
-        return 0
+    if most <= 0 or not (ranked or excerpts):
+        return 0, 0, []
     count, limit = session.tokenizer.count, session.page_tokens
-    slab_room = limit - count(FACTS_TITLE + SEPARATOR)
+    room = {False: limit - count(FACTS_TITLE + SEPARATOR), True: limit - count(EXCERPTS_TITLE + SEPARATOR)}
+    cap = {False: most, True: most_excerpts}
     shown: set[int] = {t for n in fixed if n in session.pages for t, _, _ in session.pages[n].spans}
     shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
 
@@ -379,40 +499,49 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
                     out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
         return out
 
-    offers = []   # (-value per token, rank, turns, cost): a heap; offers only fall as turns are shown
+    offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
     for rank, (fact, line, weight) in enumerate(ranked):
         if weight > 0 and not set(fact.turns) <= shown:
             cost = session.render.line_tokens(line) + 1
-            offers.append((-weight / cost, rank, fact.turns, weight, cost))
+            offers.append((-weight / cost, rank, fact.turns, weight, cost, None))
+    if most_excerpts > 0:
+        for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
+            if excerpt.turn not in shown:
+                cost = session.render.line_tokens(line) + 1
+                offers.append((-weight / cost, rank, (excerpt.turn,), weight, cost, (excerpt, line)))
     heapq.heapify(offers)
-    taken_pages, fact_tokens, next_page = 0, 0, 0
-    slabs = 0
+    taken_pages, next_page = 0, 0
+    tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
+    slabs = {False: 0, True: 0}
+    chosen: list[tuple] = []
     stale, page_value = True, 0.0
     turns_on_page: dict[int, float] = {}
-    while taken_pages + slabs < frames:
-        if stale:   # the next page's value changes only when it is taken or a fact shows a turn on it
+    while taken_pages + slabs[False] + slabs[True] < frames:
+        if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
             page_value, turns_on_page, stale = 0.0, {}, False
             if next_page < len(pages):
                 turns_on_page = page_turns(pages[next_page].n)
                 page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
-        fact = None
-        while offers:   # the best offer still standing (a fact whose turns were shown meanwhile drops)
-            _, rank, turns, weight, cost = offers[0]
-            if set(turns) <= shown:
+        best = None
+        while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
+            _, rank, turns, weight, cost, item = offers[0]
+            kind = item is not None
+            needed = -(-(tokens[kind] + cost) // room[kind])
+            if set(turns) <= shown or needed > cap[kind] or taken_pages + slabs[not kind] + needed > frames:
                 heapq.heappop(offers)
                 continue
-            fits = -(-(fact_tokens + cost) // slab_room) <= most and taken_pages + -(-(fact_tokens + cost) // slab_room) <= frames
-            if not fits:
-                heapq.heappop(offers)
-                continue
-            fact = (weight / cost, turns, cost)
+            best = (weight / cost, turns, cost, item)
             break
-        if fact and fact[0] > page_value:
+        if best and best[0] > page_value:
             heapq.heappop(offers)
-            fact_tokens += fact[2]
-            shown.update(fact[1])
-            slabs = -(-fact_tokens // slab_room)
-            stale = any(t in turns_on_page for t in fact[1])
+            line = best[3]
+            kind = line is not None
+            tokens[kind] += best[2]
+            slabs[kind] = -(-tokens[kind] // room[kind])
+            shown.update(best[1])
+            stale = any(t in turns_on_page for t in best[1])
+            if line is not None:
+                chosen.append(line)
         elif next_page < len(pages) and page_value > 0:
             taken_pages += 1
             next_page += 1
@@ -420,10 +549,11 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             stale = True
         else:
             break
-    return slabs
+    return slabs[False], slabs[True], chosen
 
 
 FACTS_TITLE = "[facts]"
+EXCERPTS_TITLE = "[excerpts of pages on disk]"
 
 
 def message_vector(session: Session, message: str):
@@ -436,8 +566,12 @@ def message_vector(session: Session, message: str):
     return held[1]
 
 
+def slab_title(slab: list[tuple]) -> str:
+    return EXCERPTS_TITLE if slab and isinstance(slab[0][0], Excerpt) else FACTS_TITLE
+
+
 def slab_text(slab: list[tuple]) -> str:
-    return "\n".join([FACTS_TITLE] + [line for _, line in slab])
+    return "\n".join([slab_title(slab)] + [line for _, line in slab])
 
 
 def block_tokens(session: Session, title: str, lines: list[str]) -> int:
@@ -448,16 +582,16 @@ def block_tokens(session: Session, title: str, lines: list[str]) -> int:
 
 
 def slab_tokens(session: Session, slab: list[tuple]) -> int:
-    return block_tokens(session, FACTS_TITLE, [line for _, line in slab])
+    return block_tokens(session, slab_title(slab), [line for _, line in slab])
 
 
-def pack_slabs(session: Session, ranked: list[tuple], slabs: int) -> list[list[tuple]]:
-    """Facts in rank order, first fit into at most `slabs` frames of page_tokens each (block and
+def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE) -> list[list[tuple]]:
+    """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each (block and
     separator counted exactly); the empty slabs are not returned."""
     limit = session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
-    used = [session.render.line_tokens(FACTS_TITLE + SEPARATOR)] * slabs
-    room = limit - min(used, default=limit)   # the most any bin can still take: a fact costing more is passed over
+    used = [session.render.line_tokens(title + SEPARATOR)] * slabs
+    room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
     for item in ranked:
         if room < 2:
             break   # no line costs less than a token and its newline

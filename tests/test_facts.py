@@ -153,18 +153,21 @@ def test_a_session_with_facts_replays_exactly(tmp_path):
 @given(facts=st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=400)
                       .filter(str.strip), min_size=1, max_size=30),
        budget=st.integers(min_value=400, max_value=6000), page_tokens=st.sampled_from([64, 128, 256]),
-       share=st.sampled_from([0.0, 0.1, 0.3, 0.6, 0.9]), question=st.text(min_size=1, max_size=80).filter(str.strip))
-def test_regions_hold_the_budget_with_facts_of_any_size(tmp_path_factory, facts, budget, page_tokens, share, question):
+       share=st.sampled_from([0.0, 0.1, 0.3, 0.6, 0.9]), excerpts=st.sampled_from([0, 1, 2]),
+       question=st.text(min_size=1, max_size=80).filter(str.strip))
+def test_regions_hold_the_budget_with_facts_of_any_size(tmp_path_factory, facts, budget, page_tokens, share, excerpts,
+                                                         question):
     config = Config(home=tmp_path_factory.mktemp("f"), budget=max(budget, 2 * page_tokens + CHAT_FLOOR), page_tokens=page_tokens,
-                    embedder="hash", fact_share=share)
+                    embedder="hash", fact_share=share, excerpt_slabs=excerpts)
     home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("p")
     turns = s.append_many([{"speaker": "ann", "text": f"turn {i} " + text} for i, text in enumerate(facts)])
-    s.add_facts([Draft(f"s{i % 4}", text, (turns[i].turn,)) for i, text in enumerate(facts)], "script")
+    # facts for every other turn: the rest can only be shown on pages or as excerpts
+    s.add_facts([Draft(f"s{i % 4}", text, (turns[i].turn,)) for i, text in enumerate(facts) if i % 2 == 0], "script")
     s.set_state("mood", facts[0][:300])
     ctx = build(s, question + " " + facts[-1][:50], chat=False)
     assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= config.budget
-    slabs = [b for b in ctx.memory.split("\n\n") if b.startswith("[facts]")]
+    slabs = [b for b in ctx.memory.split("\n\n") if b.startswith(("[facts]", "[excerpts"))]
     assert ctx.tokens["facts"] <= len(slabs) * page_tokens
     assert len(ctx.pages) + len(slabs) <= max(1, (config.budget - config.map_reserve) // page_tokens)
     home.journal.close(remove=True)

@@ -19,9 +19,10 @@ def filler(i: int) -> str:
             f"packing tape and a broken printer in aisle {i}.")
 
 
-def trips_home(tmp_path, budget: int = 1024, share: float = 0.5, facts: int = 8) -> tuple[Home, object]:
+def trips_home(tmp_path, budget: int = 1024, share: float = 0.5, facts: int = 8, excerpts: int = 0) -> tuple[Home, object]:
     """Eight trips of Maya's, each several pages from the next, and a fact for each of the first `facts`."""
-    config = Config(home=tmp_path / "h", budget=budget, page_tokens=128, embedder="hash", fact_share=share)
+    config = Config(home=tmp_path / "h", budget=budget, page_tokens=128, embedder="hash", fact_share=share,
+                    excerpt_slabs=excerpts)
     home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("trips")
     trip_turns = []
@@ -56,6 +57,22 @@ def test_a_fact_whose_page_is_shown_takes_no_room(tmp_path):
     home.journal.close(remove=True)
 
 
+def test_a_second_fact_of_a_turn_waits_for_the_facts_of_other_turns(tmp_path):
+    home, s = trips_home(tmp_path)
+    lisbon = s.facts.items[0].turns
+    s.add_facts([Draft(f"lisbon {i}", f"Maya visited Lisbon and the cities of its harbour, day {i}.", lisbon)
+                 for i in range(8)], "script")
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    shown = [s.facts.items[n - 1] for n in ctx.facts]
+    told = [t for f in shown for t in f.turns]
+    resident = set(ctx.pages)
+    # a trip fact not shown though its turn is told by nothing in view
+    waiting = [f for f in s.facts.items[:8] if not set(f.turns) & set(told) and not set(f.pages) <= resident]
+    assert len(told) > len(set(told)), "the slabs have room for a second fact of a turn"
+    assert not waiting, ("a turn was told twice while another waited", told, [f.id for f in waiting])
+    home.journal.close(remove=True)
+
+
 def test_a_fact_ranks_by_the_piece_it_came_from(tmp_path):
     home, s = trips_home(tmp_path)
     # two facts with the same words; the search scores the turn of the second one higher
@@ -82,15 +99,70 @@ def test_a_message_with_facts_is_paged_in_one_pass(tmp_path):
     home.journal.close(remove=True)
 
 
+def test_an_evidence_turn_no_fact_tells_reaches_a_small_budget_as_an_excerpt(tmp_path):
+    home, s = trips_home(tmp_path, facts=4, excerpts=1)
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    told = {t for f in s.facts.items for t in f.turns}
+    trips = {t for t in range(1, s.turn_count + 1) if t not in told}
+    assert ctx.excerpts, "a trip no fact tells, on a page the frames cannot hold, is shown as an excerpt"
+    for turn in ctx.excerpts:
+        assert turn not in told, "a turn a fact tells is not excerpted (the fact is shorter)"
+        assert turn in trips
+        page = next(n for n, p in s.pages.items() if any(t == turn for t, _, _ in p.spans))
+        assert page not in ctx.pages, "an excerpt never repeats a resident page"
+        text = next(p.piece_text(i) for n, p in s.pages.items() for i, (t, _, _) in enumerate(p.spans) if t == turn)
+        line = next(line for line in ctx.memory.splitlines() if line.startswith(f"- p{page} "))
+        assert line.endswith(text), "the whole turn, as the page has it"
+    block = next(b for b in ctx.memory.split("\n\n") if b.startswith("[excerpts"))
+    assert ctx.tokens["facts"] >= s.tokenizer.count(block)
+    shown = [city for city in CITIES[4:] if city in ctx.memory]
+    on_pages = [city for city in CITIES[4:] if any(city in s.pages[n].text for n in ctx.pages if n in s.pages)]
+    assert len(shown) > len(on_pages), (shown, on_pages)
+    assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+    # off (the default), the same question shows no excerpt: the lever is this setting
+    home.journal.close(remove=True)
+    home, s = trips_home(tmp_path / "off", facts=4)
+    assert not build(s, "Which cities did Maya visit?", chat=False).excerpts
+    home.journal.close(remove=True)
+
+
+def test_the_bench_counts_an_excerpt_as_its_whole_turn(tmp_path):
+    from pager.bench.locomo import context_spans, covered
+
+    home, s = trips_home(tmp_path, facts=4, excerpts=1)
+    ctx = build(s, "Which cities did Maya visit?", chat=False)
+    lengths = {t: len(text) for t, text in turn_texts(s).items()}
+    spans = context_spans(s, ctx, lengths)
+    assert ctx.excerpts and all(covered(spans[t], lengths[t]) for t in ctx.excerpts)
+    hidden = [t for t in lengths if t not in ctx.excerpts and not any(t == u for n in ctx.pages if n in s.pages
+                                                                    for u, _, _ in s.pages[n].spans)]
+    hidden = [t for t in hidden if t not in {p.turn.turn for p in s.packer.pieces}]
+    assert hidden and not any(covered(spans.get(t, []), lengths[t]) for t in hidden)
+    home.journal.close(remove=True)
+
+
+def turn_texts(s) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for p in s.pages.values():
+        for t, start, end in p.spans:
+            out[t] = out.get(t, "") + "x" * (end - start)
+    return out
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(budget=st.integers(min_value=600, max_value=5000), share=st.sampled_from([0.0, 0.2, 0.5, 0.9]),
-       facts=st.integers(min_value=0, max_value=8), question=st.sampled_from(CITIES + ["warehouse pallets", "Maya"]))
-def test_the_split_keeps_its_share_and_the_budget(tmp_path_factory, budget, share, facts, question):
-    home, s = trips_home(tmp_path_factory.mktemp("s"), budget=budget, share=share, facts=facts)
+       facts=st.integers(min_value=0, max_value=8), excerpts=st.sampled_from([0, 1, 3]),
+       question=st.sampled_from(CITIES + ["warehouse pallets", "Maya"]))
+def test_the_split_keeps_its_share_and_the_budget(tmp_path_factory, budget, share, facts, excerpts, question):
+    home, s = trips_home(tmp_path_factory.mktemp("s"), budget=budget, share=share, facts=facts, excerpts=excerpts)
     ctx = build(s, f"What about {question}?", chat=False)
     frames = (budget - home.config.map_reserve) // s.page_tokens
-    slabs = sum(1 for b in ctx.memory.split("\n\n") if b.startswith("[facts]"))
-    assert slabs <= max(0, int(frames * share))
-    assert len(ctx.pages) + slabs <= frames
+    blocks = ctx.memory.split("\n\n")
+    slabs = sum(1 for b in blocks if b.startswith("[facts]"))
+    excerpt_slabs = [b for b in blocks if b.startswith("[excerpts")]
+    most = max(0, int(frames * share))
+    assert slabs <= most and len(excerpt_slabs) <= min(excerpts, most)
+    assert len(ctx.pages) + slabs + len(excerpt_slabs) <= frames
+    assert sum(b.count("\n- p") for b in excerpt_slabs) == len(ctx.excerpts)
     assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= budget
     home.journal.close(remove=True)

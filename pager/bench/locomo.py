@@ -16,7 +16,10 @@ With `memory="recorded"` the dataset's own `observation` entries stand in for a 
 output: pager takes them as facts (pager.facts, through Session.extract_facts) and shows them in
 slabs; bm25 and vector rank them mixed with the turns. Every system then also reports
 `coverage`: like recall, but an evidence turn also counts as present when a fact whose source is
-that turn is in the context. `fact_tokens` is the mean of the tokens facts took. The dataset's
+that turn is in the context. What counts as a turn present, for recall and coverage alike: its
+whole text on a resident page (or across resident pages, for a turn split between them), or an
+excerpt of it in a slab (pager.context.Excerpt: an excerpt is only ever a whole turn, so it
+counts whole; a turn split across pages is never excerpted). `fact_tokens` is the mean of the tokens facts took. The dataset's
 `session_summary` entries are taken as episode summaries (pager.summaries, one per conversation
 session, through Session.summarize); `summary_tokens` is the mean of the tokens they took, and
 `summary_span` the share of evidence turns inside the turn range of a summary shown (a summary
@@ -62,6 +65,7 @@ class Outcome:
     summary_span: float = 0.0
     conversation: str = ""
     cpu_ms: float | None = None   # CPU time of the process (pager only): on a shared machine wall time waits for a core
+    excerpts: int = 0             # excerpt lines shown (pager with --excerpts)
 
 
 @dataclass
@@ -81,7 +85,8 @@ class Tally:
             memory = {"coverage": _mean([o.coverage or 0.0 for o in head]),
                       "fact_tokens": round(_mean([o.fact_tokens for o in self.outcomes]), 1),
                       "summary_tokens": round(_mean([o.summary_tokens for o in self.outcomes]), 1),
-                      "summary_span": _mean([o.summary_span for o in head])}
+                      "summary_span": _mean([o.summary_span for o in head]),
+                      "excerpts": round(_mean([o.excerpts for o in self.outcomes]), 2)}
             for label, row in by_cat.items():
                 row["coverage"] = _mean([o.coverage or 0.0 for o in self.outcomes if str(o.category) == label])
         by_conversation = {}   # a change should hold on each conversation, not only on the mean
@@ -137,6 +142,15 @@ def turns_in_context(session: Session, pages: list[int]) -> dict[int, list[tuple
         else:
             for turn, start, end in session.pages[n].spans:
                 spans.setdefault(turn, []).append((start, end))
+    return spans
+
+
+def context_spans(session: Session, ctx, lengths: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """turn number → character spans of it inside the context: on the shown pages, and whole for each
+    turn shown as an excerpt (an excerpt line is only ever a whole turn)."""
+    spans = turns_in_context(session, ctx.pages)
+    for t in ctx.excerpts:
+        spans.setdefault(t, []).append((0, lengths[t]))
     return spans
 
 
@@ -228,10 +242,10 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
             started, cpu = time.perf_counter(), time.process_time()
             ctx = build(session, q.question, budget=budget, chat=False)
             ms, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
-            spans = turns_in_context(session, ctx.pages)
+            spans = context_spans(session, ctx, lengths)
             recall, all_hit = score(evidence, lengths, lambda t: spans.get(t, []))  # noqa: B023 - called at once
             outcome = Outcome(q.category, recall, all_hit, ctx.tokens["memory"], ms, conversation=conv.sample_id,
-                              cpu_ms=cpu)
+                              cpu_ms=cpu, excerpts=len(ctx.excerpts))
             if recorded is not None:
                 told = {t for n in ctx.facts for t in session.facts.items[n - 1].turns}
                 outcome.coverage = score(evidence, lengths, lambda t: [(0, lengths[t])] if t in told  # noqa: B023
@@ -292,7 +306,8 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy or "clock",
         "embedder": config.embedder,
-        **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share} if memory else {}),
+        **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share,
+            "excerpt_slabs": config.excerpt_slabs} if memory else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],
