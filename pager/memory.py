@@ -93,7 +93,7 @@ def ask_summaries(session, pages: list[Page], episodes: list[list]) -> tuple[Ask
     rolling summary."""
     held = {turn for p in pages for turn, _, _ in p.spans}
     previous = session.summaries.rolling
-    first = previous.turns[0] if previous else episodes[0][0].turn   # the rolling summary covers what it was told
+    first = min(previous.turns[0], episodes[0][0].turn) if previous else episodes[0][0].turn   # what it was told
     last = episodes[-1][-1]
     asked = Asked({f"e{e[0].turn}": (e[0].turn, e[-1].turn, e[-1].ts) for e in episodes}, (first, last.turn, last.ts))
     earlier = [t for e in episodes for t in e if t.turn not in held]

@@ -98,6 +98,7 @@ class Session:
         self._summaries_waiting: dict[int, Summary] = {}
         self._episodes: Episodes | None = None   # live summaries: episodes cut as turns arrive (made on first use)
         self._closed: list[list[Turn]] = []      # episodes closed since the last reply, not summarized yet
+        self._backlog: list[list[Turn]] = []     # episodes closed before the first live use, not summarized yet
         self._state_stored: dict | None = None   # the page table as last written to the store
         self._load(state)
         if source is not None:  # a snapshot holds what the store holds: nothing to write back unless it changes
@@ -591,33 +592,48 @@ class Session:
         summary and the rolling summary's next version. With a memory model the summaries ride on its
         call (the batch is sent at once, with the episodes); whatever it did not write (it failed, or
         left one out) the extractive producer writes. No model call per turn, and every failure is an
-        event: the turns stay. Replay feeds the recorded `summaries_written` back and makes none."""
+        event: the turns stay. Replay feeds the recorded `summaries_written` back and makes none. On
+        first use, the episodes that had closed before (`closed_episodes`) get theirs extractively."""
         closed = self.closed_episodes()
+        backlog, self._backlog = self._backlog, []
         writer = self.home.writer
-        made = len(self.summaries)
         if closed and writer is not None and writer.memory:
+            if backlog:   # closed before this chat: extractive, so the model's call stays one batch's size
+                self._summarize_closed(backlog, [])
+            made = len(self.summaries)
             self.write_bookmarks(force=True, episodes=closed)
         else:
+            made = len(self.summaries)
             self.write_bookmarks()
+            closed = backlog + closed
         if closed:
             self._summarize_closed(closed, self.summaries.items[made:])
 
     def closed_episodes(self) -> list[list[Turn]]:
-        """The episodes that closed since this was last asked (none when `live_summaries` is off). The
-        first call reads the turns after the newest episode summary, at most LIVE_LOOKBACK of them; in a
-        session with no episode summary yet, only the episode that closed last is taken (the message
-        that began this chat may have closed it), not its whole past: `pager summarize` writes that."""
+        """The episodes that closed since this was last asked (none when `live_summaries` is off).
+
+        The first call reads the session's last LIVE_LOOKBACK turns back, once: every episode among
+        them that closed before it (but the last, which the message that began this chat may have
+        closed) and that has no summary yet, or lies outside the rolling summary, is the backlog
+        (`_backlog`), which `write_memory` summarizes extractively, with no model call, and the rolling
+        summary then covers from the session's first turn. The bound keeps a chat's first reply cheap
+        in a huge session: episodes further back than that are left to `pager summarize` (which reads
+        every turn), and the rolling summary covers from the first whole episode read."""
         if not self.home.config.live_summaries:
             return []
         if self._episodes is None:
-            summarized = max((x.turns[1] for x in self.summaries.current.values() if x.kind == EPISODE), default=0)
-            after = max(summarized, self.turn_count - LIVE_LOOKBACK)
+            after = max(0, self.turn_count - LIVE_LOOKBACK)
             self._episodes = Episodes(Extractive())
-            self._closed = self._episodes.feed(session_turns(self, after=after))
-            if after > summarized:   # the first episode read may have begun before the turns read: not whole
-                self._closed = self._closed[1:]
-            if not summarized:   # never summarized: from the episode that closed last (pager summarize does the past)
-                self._closed = self._closed[-1:]
+            closed = self._episodes.feed(session_turns(self, after=after))
+            if after:   # the first episode read may have begun before the turns read: not whole
+                closed = closed[1:]
+            done = {x.key for x in self.summaries.current.values() if x.kind == EPISODE}
+            rolling = self.summaries.rolling
+            covered = rolling.turns if rolling else (0, -1)
+            wanted = [e for e in closed if f"e{e[0].turn}" not in done
+                      or not covered[0] <= e[0].turn <= e[-1].turn <= covered[1]]
+            self._backlog = [e for e in wanted if e is not closed[-1]]
+            self._closed = [e for e in wanted if e is closed[-1]]
         closed, self._closed = self._closed, []
         return closed
 

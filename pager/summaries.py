@@ -283,7 +283,7 @@ class Extractive:
         if not turns:
             return []
         out = self.closed(session, self.episodes(turns)[:-1])   # the last one is still open
-        rolling = self.rolling(session, turns, turns[0].turn, _voiced(turns))
+        rolling = self.rolling(session, turns, _voiced(turns))
         return out + ([rolling] if rolling else [])
 
     def closed(self, session, episodes: list[list]) -> list[Draft]:
@@ -302,31 +302,44 @@ class Extractive:
 
     def after(self, session, closed: list[list], rolling: bool = True) -> list[Draft]:
         """In a live session, once episodes closed: the summary of each not summarized yet and (with
-        rolling) the rolling summary's next version, covering from where the previous one began (the
-        first of these episodes if none) up to the last of them."""
+        rolling) the rolling summary's next version, covering the previous one's turns and these
+        episodes'."""
         out = self.closed(session, closed)
         turns = [t for episode in closed for t in episode]
         if rolling and turns:
             previous = session.summaries.rolling
             voiced = _voiced(turns) | set(_split_kept(previous.text) if previous else [])
-            draft = self.rolling(session, turns, previous.turns[0] if previous else turns[0].turn, voiced)
+            draft = self.rolling(session, turns, voiced)
             out += [draft] if draft else []
         return out
 
-    def rolling(self, session, turns: list, first: int, voiced: set[str]) -> Draft | None:
+    def rolling(self, session, turns: list, voiced: set[str]) -> Draft | None:
         """The rolling summary's next version: the previous one's sentences and the central ones of the
-        turns it does not cover yet, the most central kept; None when there is nothing new."""
+        turns it does not cover yet (after it, or before it: episodes summarized later than those after
+        them), the most central kept, in conversation order; None when there is nothing new. Its turns
+        are the previous version's and the new ones', and they are what its text was made from: a gap
+        between them (turns neither covered nor given) is read from the session, never claimed unread."""
         previous = session.summaries.rolling
-        new = [t for t in turns if t.turn > (previous.turns[1] if previous else 0)]
+        low, high = previous.turns if previous else (0, -1)
+        new = [t for t in turns if not low <= t.turn <= high]
         if not new:
             return None
+        first, last = min(new[0].turn, low if previous else new[0].turn), max(new[-1].turn, high)
+        given = {t.turn for t in new} | set(range(low, high + 1))
+        if len(given) < last - first + 1:   # a gap: read its turns, so the text holds what the range claims
+            new = sorted(new + [t for t in session_turns(session, after=first - 1)
+                                if t.turn <= last and t.turn not in given], key=lambda t: t.turn)
+        before, after = [t for t in new if t.turn < low], [t for t in new if t.turn > high]
         old = _split_kept(previous.text) if previous else []
-        fresh = self.central(session, [line for t in new for line in sentences(t.speaker, t.text)],
-                             self.rolling_sentences, _voiced(new))
-        kept = self.central(session, old + fresh, self.rolling_sentences, voiced)
+        lines = []
+        for part in (before, after):
+            lines.append(self.central(session, [line for t in part for line in sentences(t.speaker, t.text)],
+                                      self.rolling_sentences, _voiced(part)) if part else [])
+        kept = self.central(session, lines[0] + old + lines[1], self.rolling_sentences, voiced | _voiced(new))
         if not kept:
             return None
-        return Draft(ROLLING, ROLLING, SEP.join(kept), (first, new[-1].turn), new[-1].ts)
+        end = max(new, key=lambda t: t.turn) if new[-1].turn > high else None
+        return Draft(ROLLING, ROLLING, SEP.join(kept), (first, last), end.ts if end else previous.ts)
 
 
 SEP = " · "

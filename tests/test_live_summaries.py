@@ -21,7 +21,7 @@ from pager.offline import OfflineShell
 from pager.page import Page
 from pager.replay import replay
 from pager.store import MemoryStore
-from pager.summaries import EPISODE, ROLLING, Episodes, Extractive
+from pager.summaries import EPISODE, ROLLING, Draft, Episodes, Extractive
 from pager.trace import TraceWriter, begin
 
 DAY = 86_400
@@ -234,15 +234,74 @@ def test_episodes_cut_one_turn_at_a_time_are_the_extractive_producers_episodes()
     assert len(closed) >= 10, f"seed {seed}"
 
 
-def test_a_session_never_summarized_starts_from_the_episode_that_closed_last(tmp_path):
+# an ingested session: 4 turns on each of 3 days (3, 4 and 5 Nov 2026), then a chat on a later day
+NOV3 = 1_793_700_000   # 3 Nov 2026, 10:00 UTC
+INGESTED = [
+    ["We compared Postgres and SQLite for the inventory service.",
+     "Postgres wins for the inventory service because of concurrent writers.",
+     "The migration scripts for Postgres go in the ops repository.",
+     "Bruno will provision the Postgres cluster on Friday."],
+    ["The frontend team chose Svelte for the dashboard rewrite.",
+     "Svelte components for the dashboard need a design review.",
+     "Carla owns the dashboard charts and the Svelte build.",
+     "The dashboard rewrite ships before the holidays."],
+    ["The quarterly budget review moved to Thursday afternoon.",
+     "Finance wants the cloud budget split per team this quarter.",
+     "The budget spreadsheet lives in the shared finance drive.",
+     "Dara presents the budget numbers to the board."],
+]
+
+
+def said_on(day: int, text: str) -> bool:
+    """Does a summary's text hold a line of that day's (verbatim, as the extractive producer keeps them)?"""
+    return any(f"Ana: {line}" in text for line in INGESTED[day])
+
+
+def ingested(tmp_path, session="live2"):
     clock = Clock()
-    config = Config(home=tmp_path / "h", budget=2048, page_tokens=64, embedder="hash", session="old")
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=64, embedder="hash", session=session)
     home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), clock=clock, durable=False)
     s = home.open()
-    s.append_many([{"speaker": "Ana", "text": text, "ts": T0 + d * DAY + 60 * i}
-                   for d, day in enumerate(DAYS) for i, text in enumerate(day)])   # ingested, not chatted
-    clock.now = T0 + 5 * DAY
-    Agent(s, HandlerModel(OfflineShell()), speaker="Ana").ask("What did I plant?")
-    # days 1 and 2 closed before this chat and are left to `pager summarize`; the message closed day 3
-    assert [(x.kind, x.key, x.turns) for x in s.summaries.items] == [(EPISODE, "e7", (7, 8)), (ROLLING, ROLLING, (7, 8))]
+    s.append_many([{"speaker": "Ana", "text": text, "ts": NOV3 + d * DAY + 600 * i}
+                   for d, day in enumerate(INGESTED) for i, text in enumerate(day)])   # ingested, not chatted
+    clock.now = NOV3 + 20 * DAY
+    return home, s
+
+
+def test_the_first_live_use_summarizes_the_episodes_that_closed_before_the_chat(tmp_path):
+    home, s = ingested(tmp_path)
+    Agent(s, HandlerModel(OfflineShell()), speaker="Ana").ask("What database did we pick?")
+    episodes = [(x.key, x.turns) for x in s.summaries.episodes()]
+    assert episodes == [("e1", (1, 4)), ("e5", (5, 8)), ("e9", (9, 12))]   # the chat's own turns: still open
+    rolling = s.summaries.rolling
+    assert rolling.turns == (1, 12) and rolling.pages == pages_of(s, 1, 12)
+    assert said_on(0, rolling.text) and said_on(2, rolling.text)     # day 1's and day 3's lines, as it claims
+    # the same as `pager summarize` writes on an identical session
+    _, twin = ingested(tmp_path / "twin")
+    twin.append("Ana", "What database did we pick?", ts=NOV3 + 20 * DAY)
+    twin.summarize(Extractive())
+    assert [(x.key, x.turns) for x in twin.summaries.episodes()] == episodes
+    assert twin.summaries.rolling.turns[0] == 1 and said_on(0, twin.summaries.rolling.text)
     home.journal.close(remove=True)
+
+
+def test_a_rolling_version_covers_only_what_its_text_was_made_from(tmp_path):
+    home, s = ingested(tmp_path)
+    s.append("Ana", "What database did we pick?", ts=NOV3 + 20 * DAY)
+    s.append("agent", "Postgres, for the inventory service.", role="assistant", ts=NOV3 + 20 * DAY + 1)
+    # what an older pager's chat left: day 3's episode and a rolling summary of day 3 only
+    day3 = " · ".join(f"Ana: {t}" for t in INGESTED[2][:2])
+    s.add_summaries([Draft(EPISODE, "e9", day3, (9, 12)), Draft(ROLLING, ROLLING, day3, (9, 12))], "extractive")
+    s.summarize(Extractive())   # adds e1 and e5, and the rolling summary's next version
+    assert [(x.key, x.turns) for x in s.summaries.episodes()] == [("e1", (1, 4)), ("e5", (5, 8)), ("e9", (9, 12))]
+    rolling = s.summaries.rolling
+    assert rolling.version == 2 and rolling.turns == (1, 14)
+    assert said_on(0, rolling.text) and said_on(1, rolling.text)
+    # the live path, with a memory model or not, extends the same way: earlier episodes join the range
+    home2, live = ingested(tmp_path / "live")
+    live.add_summaries([Draft(EPISODE, "e9", day3, (9, 12)), Draft(ROLLING, ROLLING, day3, (9, 12))], "extractive")
+    Agent(live, HandlerModel(OfflineShell()), speaker="Ana").ask("What database did we pick?")
+    assert [x.key for x in live.summaries.episodes()] == ["e1", "e5", "e9"]
+    assert live.summaries.rolling.turns == (1, 12) and said_on(0, live.summaries.rolling.text)
+    home.journal.close(remove=True)
+    home2.journal.close(remove=True)

@@ -172,7 +172,8 @@ LIVE_DAYS = [["What did we decide about the sync engine?", "Remind me who is all
 
 def live_summaries(folder: Path, talk: list[dict]) -> dict:
     """Summaries made during a live chat: questions on three days (a clock set a day apart), so each
-    day's first message closes the episode before it and the agent loop summarizes it after the reply."""
+    day's first message closes the episode before it and the agent loop summarizes it after the reply.
+    The demo's talk, ingested before, closed its episodes before the chat: the first reply summarizes them too."""
     import tempfile
 
     from ..agent import Agent
