@@ -678,7 +678,7 @@ def bench_trace(
 def serve(
     ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; anything but loopback needs a key (`pager keys create`)"),
-    port: int = typer.Option(8765, "--port", help="TCP port"),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port (0-65535)"),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="litellm model listed by /v1/models (or $PAGER_MODEL); clients pick per request, 'offline' always works"),
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
@@ -693,9 +693,12 @@ def serve(
     if idle <= 0 or max_open < 1:
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
     config = load_config(ctx, model=model, budget=budget)
-    typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
+
+    def listening(bound: int) -> None:
+        typer.echo(f"pager serve on http://{host}:{bound} (home {config.home}); Ctrl-C stops", err=True)
+
     run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
-        max_open=max_open, idle_s=idle)
+        max_open=max_open, idle_s=idle, on_listening=listening)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")
