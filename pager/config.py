@@ -201,3 +201,20 @@ def _coerce(name: str, type_name: str, raw: str, source: str):
     except ValueError:
         raise ConfigError(f"{source}={raw!r} is not a number; fix or unset {source}") from None
     return raw
+
+
+MAX_NAME = 200   # a session name's length, so that every session can be reached at /sessions/{name}
+
+
+def name_problem(name: str) -> str:
+    """Why a new session may not have this name ("" if it may): at most MAX_NAME printable characters,
+    no "/" (a session is one path segment of `pager serve`'s /sessions/{name})."""
+    if not name.strip():
+        return "must be a non-empty session name"
+    if len(name) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"must be at most {MAX_NAME} printable characters"
+    if "/" in name:
+        return (f'must not contain "/" (a session is one path segment of /sessions/{{name}}); use another '
+                f"character, e.g. {name.replace('/', '-')!r}")
+    return ""
+

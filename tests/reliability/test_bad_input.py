@@ -120,3 +120,13 @@ def test_unwritable_home_is_one_clear_error(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(StoreError, match="pick another with --home"):
         Home(Config(home=blocker / "h", embedder="hash"), embedder=HashEmbedder())
+
+
+@pytest.mark.parametrize("name", ["a/b", "tab\there", "x" * 201, " "])
+def test_a_new_session_gets_only_a_name_pager_serve_can_reach(config, name):
+    with Home(config, embedder=HashEmbedder()) as home:
+        with pytest.raises(InputError, match="session name"):
+            home.open(name).append("ann", "hello")
+        home.open("fine").append("ann", "hello")
+    with Home(config, embedder=HashEmbedder()) as home:
+        assert [row["session"] for row in home.store.sessions()] == ["fine"]

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import pytest
 
-from pager.config import Config
+from pager.config import Config, name_problem
 from pager.errors import InputError
 from pager.embed import HashEmbedder
 from pager.home import Home
@@ -46,6 +46,10 @@ def test_hostile_strings_stay_in_their_namespace(tmp_path_factory, session, user
     with Home(cfg, embedder=HashEmbedder()) as home:
         s = home.open(session, user=user)
         assert s.turn_count == 0 or (session, user) == ("alice-private", "alice")
+        if name_problem(session):   # a name pager serve could not reach: refused before anything is written
+            with pytest.raises(InputError, match="session name"):
+                s.append("mallory", "hello")
+            s = home.open(session := "mallory-session", user=user)
         message = f"{query} {keyword} launch code swordfish"
         if "\x00" in message:
             with pytest.raises(InputError, match="NUL"):
