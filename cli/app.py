@@ -80,7 +80,8 @@ def writable(path: Optional[Path], flag: str) -> None:
     if path is None:
         return
     if path.is_dir():
-        raise InputError(f"{flag} {path} is a folder; give a file path in it, e.g. {flag} {path / path.name}.out")
+        example = {"--json": "report.json", "--html": "timeline.html", "--plot": "recall.png"}.get(flag, "out.jsonl")
+        raise InputError(f"{flag} {path} is a folder; give a file path in it, e.g. {flag} {path / example}")
     parent = path.parent
     if not parent.is_dir():
         raise InputError(f"{flag} {path}: the folder {parent} does not exist; create it (mkdir -p {parent}) or pick another path")
