@@ -71,6 +71,35 @@ def open_home(config, read_only: bool = False):
     return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
+def writable(path: Optional[Path], flag: str) -> None:
+    """Refuse an output path that cannot be written, before any work is done for it."""
+    import os
+
+    from pager.errors import InputError
+
+    if path is None:
+        return
+    if path.is_dir():
+        example = {"--json": "report.json", "--html": "timeline.html", "--plot": "recall.png"}.get(flag, "out.jsonl")
+        raise InputError(f"{flag} {path} is a folder; give a file path in it, e.g. {flag} {path / example}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: the folder {parent} does not exist; create it (mkdir -p {parent}) or pick another path")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{flag} {path} is not writable; pick a path you can write")
+
+
+def write_report(path: Path, text: str, flag: str) -> bool:
+    """Write a finished report; if the disk refuses now, print it on stdout rather than lose it."""
+    try:
+        path.write_text(text)
+        return True
+    except OSError as exc:
+        typer.echo(f"pager: could not write {flag} {path} ({exc.strerror or exc}); the report follows on stdout", err=True)
+        typer.echo(text)
+        return False
+
+
 def existing(home):
     """The configured session, or one line saying there is none by that name and where to look."""
     s = home.open()
@@ -375,6 +404,7 @@ def export(
     """Every turn of a session as JSONL that `pager ingest` reads back."""
     from pager.export import export_turns
 
+    writable(out, "--out")
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
         require(home, config.user, config.session)
@@ -486,6 +516,7 @@ def trace_show(
     from pager import views
 
     console = Console(highlight=False)
+    writable(html, "--html")
     if html:
         from pager.timeline import write
 
@@ -551,6 +582,8 @@ def bench_locomo(
         need("rank_bm25", "the BM25 baseline (or --no-baselines)")
     if plot:
         need("matplotlib", "--plot")
+    writable(json_path, "--json")
+    writable(plot, "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts)
     if memory not in ("", "recorded"):
         from pager.errors import InputError
@@ -562,8 +595,7 @@ def bench_locomo(
         console.print(table)
     for error in report.get("bookmark_model_errors", []):
         console.print(f"[red]bookmark model failed[/] ({error}); those pages kept their offline keywords")
-    if json_path:
-        json_path.write_text(json.dumps(report, indent=1) + "\n")
+    if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
         console.print(f"wrote {json_path}")
     if plot:
         locomo.plot(report, plot)
@@ -585,7 +617,10 @@ def bench_scale(
 
     if pages < 1000:
         raise PagerError("--pages must be at least 1000")
-    report = scale.main(pages, json_path, keep, (ctx.obj or {}).get("db"))
+    writable(json_path, "--json")
+    report = scale.main(pages, None, keep, (ctx.obj or {}).get("db"))
+    if json_path:
+        write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
     Console().print_json(json.dumps(report))
 
 
@@ -605,9 +640,10 @@ def bench_serve(
 
     from pager.bench import serve
 
+    writable(json_path, "--json")
     report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
     if json_path:
-        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
     Console().print_json(json.dumps(report))
     if report["problems"] or report["load"]["failed"]:
         raise typer.Exit(1)
@@ -627,6 +663,7 @@ def bench_trace(
     from pager.config import Config
     from pager.formats import parse_locomo
 
+    writable(out, "--out")
     found = {c.sample_id: c for c in parse_locomo(data)}
     if conversation not in found:
         raise PagerError(f"no conversation {conversation!r} in {data}; it has {', '.join(found)}")
@@ -642,7 +679,7 @@ def bench_trace(
 def serve(
     ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; anything but loopback needs a key (`pager keys create`)"),
-    port: int = typer.Option(8765, "--port", help="TCP port"),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port (0-65535)"),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="litellm model listed by /v1/models (or $PAGER_MODEL); clients pick per request, 'offline' always works"),
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
@@ -657,9 +694,12 @@ def serve(
     if idle <= 0 or max_open < 1:
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
     config = load_config(ctx, model=model, budget=budget)
-    typer.echo(f"pager serve on http://{host}:{port} (home {config.home}); Ctrl-C stops", err=True)
+
+    def listening(bound: int) -> None:
+        typer.echo(f"pager serve on http://{host}:{bound} (home {config.home}); Ctrl-C stops", err=True)
+
     run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
-        max_open=max_open, idle_s=idle)
+        max_open=max_open, idle_s=idle, on_listening=listening)
 
 
 keys_app = typer.Typer(no_args_is_help=True, help="Bearer keys for `pager serve`, one tenant each.")

@@ -105,10 +105,12 @@ class Config:
         if self.policy and self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
         if self.budget < 2 * self.page_tokens + CHAT_FLOOR:
+            fits = (self.budget - CHAT_FLOOR) // 2
+            smaller = (f"lower --page-tokens (or PAGER_PAGE_TOKENS) to at most {fits}, or " if fits >= 48 else "")
             raise ConfigError(
                 f"budget {self.budget} cannot hold a prompt, a memory map, the open page and one page of memory "
-                f"({self.page_tokens} tokens each) and a message; raise --budget (or PAGER_BUDGET) to at least "
-                f"{2 * self.page_tokens + CHAT_FLOOR}"
+                f"({self.page_tokens} tokens each) and a message; {smaller}raise the budget (--budget where the "
+                f"command has it, or PAGER_BUDGET) to at least {2 * self.page_tokens + CHAT_FLOOR}"
             )
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")

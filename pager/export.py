@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import TextIO
 
+from .errors import InputError
 from .fsck import durable_turns
 
 
@@ -21,9 +22,13 @@ def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
     if isinstance(out, (str, Path)):
         path = Path(out)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(lines)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"cannot write {path} ({exc.strerror or exc}); pick a file path you can write") from None
     else:
         out.writelines(lines)
     return len(turns)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -28,16 +29,39 @@ def read_text(path: Path) -> str:
     except IsADirectoryError:
         raise InputError(f"{path} is a folder; give a file") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")   # a byte-order mark some editors write is dropped
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"{path}:{line}: not valid UTF-8 (byte {exc.start}); re-save the file as UTF-8") from None
 
 
+# "ts" is seconds since the epoch, up to the last second of year 9999 (what dates can show)
+MAX_TS = 253402300799.0
+
+
 def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
     """One JSON object per line: {"speaker" or "role", "text" or "content", optional "date", "ts", "session"}."""
+    text = read_text(path)
+    try:
+        return _parse_jsonl(path, text, session)
+    except InputError as exc:
+        if _looks_like_locomo(text):
+            raise InputError(f"{exc}; the file looks like LoCoMo JSON: add --format locomo") from None
+        raise
+
+
+def _looks_like_locomo(text: str) -> bool:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    first = data[0] if isinstance(data, list) and data else data
+    return isinstance(first, dict) and ("conversation" in first or "qa" in first)
+
+
+def _parse_jsonl(path: Path, content: str, session: str) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
-    for number, line in enumerate(read_text(path).splitlines(), 1):
+    for number, line in enumerate(content.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -62,9 +86,13 @@ def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
             message["key"] = obj["key"]
         if obj.get("ts") is not None:
             try:
-                message["ts"] = float(obj["ts"])
-            except (TypeError, ValueError):
-                raise InputError(f"{where}: \"ts\" must be seconds since the epoch; nothing was imported") from None
+                ts = float(obj["ts"])
+            except (TypeError, ValueError, OverflowError):
+                ts = math.nan
+            if isinstance(obj["ts"], bool) or not 0 <= ts <= MAX_TS:   # NaN fails this too
+                raise InputError(f"{where}: \"ts\" must be seconds since the epoch, a number from 0 to "
+                                 f"{MAX_TS:.0f} (year 9999), not {str(obj['ts'])[:40]}; nothing was imported")
+            message["ts"] = ts
         out.setdefault(str(obj.get("session") or session), []).append(message)
     if not out:
         raise InputError(f"{path} holds no messages; expected JSON lines with \"speaker\" and \"text\"")

@@ -101,6 +101,9 @@ class Home:
         self.read_only = read_only
         self.warnings: list[str] = []
         self._warn = warn or log.warning
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreError(f"the pager home {self.path} is a file, not a folder; pick a folder with --home "
+                             "(or PAGER_HOME)")
         if not read_only:
             try:
                 for sub in ("journal", "locks", "traces"):

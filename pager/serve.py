@@ -535,16 +535,38 @@ class Server:
                           "timeout_error", "model_timeout")
 
 
+def listen(host: str, port: int):
+    """The listening socket, or one line saying why the address cannot be had."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); check --host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port "
+                          "(or stop what holds it) or another --host") from None
+    return sock
+
+
 def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits(),
-          max_open: int = 256, idle_s: float = 600.0) -> None:
-    """Run until interrupted (the CLI's `pager serve`)."""
+          max_open: int = 256, idle_s: float = 600.0, on_listening=None) -> None:
+    """Run until interrupted (the CLI's `pager serve`); `on_listening(port)` once the port is bound."""
     import uvicorn
 
     keys = KeyRing(config.home)
     check_host(host, keys)
+    sock = listen(host, port)
+    if on_listening:
+        on_listening(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     engine = Engine(config, max_open=max_open, idle_s=idle_s)
     app = Server(engine, keys, limits, host).app()
-    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="on")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
 
 

@@ -508,7 +508,8 @@ def test_no_keys_means_loopback_only(tmp_path):
         check_host("0.0.0.0", ring)
     result = CliRunner().invoke(app, ["--home", str(tmp_path), "serve", "--host", "0.0.0.0"])
     assert result.exit_code == 2
-    assert result.output.strip().count("\n") == 1 and "pager keys create" in result.output   # banner + one line
+    assert result.output.strip().count("\n") == 0 and "pager keys create" in result.output   # one line, no banner
+    assert "pager serve on" not in result.output   # the banner only once the port is bound
     ring.create("acme")
     check_host("0.0.0.0", ring)
 

@@ -1,0 +1,90 @@
+"""More bad input an outside tester found: each is one line naming the fix, never a traceback."""
+
+import json
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+from pager.errors import InputError
+from pager.formats import parse_jsonl
+
+runner = CliRunner()
+ENV = {"PAGER_EMBEDDER": "hash"}
+
+
+def _one_line(result, code, *needles):
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+
+
+def test_serve_port_out_of_range_is_refused_by_the_option(tmp_path):
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "serve", "--port", "99999"])
+    _one_line(result, 2, "--port", "65535")
+
+
+def test_serve_on_a_port_in_use_says_so_and_never_claims_to_serve(tmp_path):
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        port = held.getsockname()[1]
+        result = runner.invoke(app, ["--home", str(tmp_path / "h"), "serve", "--port", str(port)], env=ENV)
+    finally:
+        held.close()
+    _one_line(result, 2, f"cannot listen on 127.0.0.1:{port}", "pick another --port")
+    assert "pager serve on" not in result.output
+
+
+@pytest.mark.parametrize("ts", ["1e20", "NaN", "-Infinity", "-5", "true", '"soon"'])
+def test_a_ts_out_of_range_names_the_line_and_imports_nothing(tmp_path, ts):
+    path = tmp_path / "f.jsonl"
+    path.write_text('{"text": "fine", "ts": 1700000000}\n{"text": "bad", "ts": %s}\n' % ts)
+    with pytest.raises(InputError, match=r"f.jsonl:2: \"ts\" must be seconds since the epoch, a number from 0"):
+        parse_jsonl(path, "s")
+    home = str(tmp_path / "h")
+    result = runner.invoke(app, ["--home", home, "ingest", str(path)], env=ENV)
+    _one_line(result, 2, "f.jsonl:2", "nothing was imported")
+    assert "no sessions" in runner.invoke(app, ["--home", home, "sessions"], env=ENV).output
+
+
+def test_ingest_with_pages_too_big_for_the_budget_names_a_fix_ingest_has(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_text('{"text": "hello"}\n')
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(path), "--page-tokens", "100000"], env=ENV)
+    _one_line(result, 2, "lower --page-tokens", "PAGER_BUDGET")
+
+
+def test_a_home_that_is_a_file_is_named_as_such(tmp_path):
+    not_a_folder = tmp_path / "passwd"
+    not_a_folder.write_text("root:x:0:0\n")
+    for argv in (["sessions"], ["sessions", "--json"]):
+        result = runner.invoke(app, ["--home", str(not_a_folder), *argv], env=ENV)
+        assert result.exit_code != 0, result.output
+        _one_line(result, result.exit_code, "is a file, not a folder", "--home")
+
+
+def test_locomo_given_as_jsonl_hints_at_format_locomo(tmp_path):
+    sample = {"sample_id": "c", "conversation": {"speaker_a": "a", "session_1": [{"speaker": "a", "text": "hi"}]},
+              "qa": []}
+    for content in (json.dumps([sample], indent=1), json.dumps([sample]), json.dumps(sample)):
+        path = tmp_path / "locomo.json"
+        path.write_text(content)
+        result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(path)], env=ENV)
+        _one_line(result, 2, "--format locomo")
+    path.write_text("[1, 2]\n")
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(path)], env=ENV)
+    assert "--format locomo" not in result.output
+
+
+def test_a_utf8_bom_is_accepted(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"speaker": "ann", "text": "hello"}\n')
+    assert parse_jsonl(path, "s") == {"s": [{"speaker": "ann", "text": "hello", "role": "user", "date": "", "ref": ""}]}
+    home = str(tmp_path / "h")
+    result = runner.invoke(app, ["--home", home, "ingest", str(path), "--session", "s"], env=ENV)
+    assert result.exit_code == 0, result.output
