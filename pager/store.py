@@ -274,6 +274,11 @@ class LanceStore:
             self._create_leases()
         if "meta" in self._tables:
             self._check(fresh)
+        if not self.read_only:   # a process creating this store at the same time may have made more since we listed
+            made = set(self._table_names())
+            for name in [*self._schemas(), "leases"]:
+                if name not in self._tables and name in made:
+                    self._tables[name] = self._open(name)
 
     def _create(self, name: str, schema) -> None:
         try:
@@ -598,9 +603,17 @@ class LanceStore:
         rows = table.search().where(col("slot") == lit(slot)).limit(1).to_list()
         return (rows[0]["rev"], json.loads(rows[0]["body"])) if rows else (0, {})
 
+    def _leases_table(self) -> bool:
+        """Is the leases table open? A store another process was creating when this one opened it gets
+        the table last: a writer opens it once it is there (waiting for its first commit), so a lease
+        is never taken for absent."""
+        if "leases" not in self._tables and not self.read_only and "leases" in self._table_names():
+            self._tables["leases"] = self._open("leases")
+        return "leases" in self._tables
+
     def lease(self, user: str, session: str) -> dict | None:
         """The session's lease entry ({holder, home, expires, seen}) as the store holds it, or None."""
-        if "leases" not in self._tables:
+        if not self._leases_table():
             return None
         return self._lease_row(self._lease_slot(user, session))[1].get(f"{user}\x00{session}")
 
@@ -615,7 +628,7 @@ class LanceStore:
         the leases it holds pays one commit per slot, not one per session)."""
         import pyarrow as pa
 
-        if "leases" not in self._tables:
+        if not self._leases_table():
             raise StoreError(f"the store at {self.uri} has no leases table; run `pager migrate`")
         slots = {self._lease_slot(u, s) for u, s in keys}
         assert len(slots) == 1, "one slot per swap"

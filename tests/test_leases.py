@@ -244,3 +244,22 @@ def test_an_idle_writer_gives_its_lease_up_and_takes_it_again_on_its_next_write(
         assert texts(reader, "s") == ["a1", "a2", "b1", "b2", "a3"]
         assert [(c.seq, c.key, c.value) for c in reader.store.state_changes("", "s")] == [
             (1, "city", "Berlin"), (2, "city", "Paris"), (3, "pet", "cat")]
+
+
+def test_a_store_opened_while_another_process_creates_it_still_takes_leases(tmp_path, monkeypatch):
+    """The creator makes the leases table last; a process that listed the tables just before gets
+    it once it is there, instead of writing as if no lease existed (or failing at its flush)."""
+    from pager.store import LanceStore
+
+    uri = str(tmp_path / "db")
+    made_leases = LanceStore._create_leases
+    monkeypatch.setattr(LanceStore, "_create_leases", lambda self: None)   # the creator, paused before its last table
+    LanceStore(uri, dim=8)
+    monkeypatch.setattr(LanceStore, "_create_leases", made_leases)
+    early = LanceStore(uri, dim=8)               # listed the tables while the leases table was not there
+    made_leases(LanceStore(uri, dim=8, read_only=True))   # the creator goes on and makes it
+    assert early.lease("u", "s") is None
+    entry = {"holder": "h1", "expires": 1e12}
+    assert early.swap_lease("u", "s", lambda held: (entry, held)) is None   # nobody held it
+    assert early.swap_lease("u", "s", lambda held: (held, held)) == entry
+    assert LanceStore(uri, dim=8).lease("u", "s")["holder"] == "h1"
