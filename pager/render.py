@@ -31,7 +31,6 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
-        self._part_costs: dict[str, int] = {}
         self._map_count: tuple[str, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
@@ -81,7 +80,7 @@ class Renderer:
         """(how many bookmarks fit the header, -1 for not even its date; the tokens of that header with
         its newline), from the exact counts of its parts (_header_parts): adding a bookmark adds its
         parts' tokens, so the most that fit are found in one pass."""
-        part = self._part_tokens
+        part = self.line_tokens   # a header part's count, cached like a map line's
         head = self._header_parts(n, date, (), "")
         if head + part("]") > limit:
             return -1, self._header_parts(n, "", (), "]\n")
@@ -133,21 +132,13 @@ class Renderer:
         are in the whole, and BPE never merges across pre-tokens. The caller checks the date and
         bookmarks end in an ASCII letter or digit (_parts_exact); a property test holds the sum
         against the whole count."""
-        part = self._part_tokens
+        part = self.line_tokens   # a header part's count, cached like a map line's
         digits = str(n)
         cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + (part(end) if end else 0)
         if date:
             cost += part(" · " + date)
         if keywords:
             cost += part(" · bookmarks:") + (len(keywords) - 1) * part(",") + sum(map(self._keyword_tokens, keywords))
-        return cost
-
-    def _part_tokens(self, text: str) -> int:
-        cost = self._part_costs.get(text)
-        if cost is None:
-            if len(self._part_costs) > 100_000:
-                self._part_costs.clear()
-            cost = self._part_costs[text] = self.s.tokenizer.count(text)
         return cost
 
     def block_tokens(self, n: int, header: str, block: str, separator: str) -> int:
@@ -204,7 +195,8 @@ class Renderer:
         return held[1]
 
     def line_tokens(self, line: str) -> int:
-        """Tokens of a memory-map line, cached: the map lists the same pages' bookmarks turn after turn."""
+        """Tokens of a text counted again and again (a memory-map line, a header's part), cached: the map
+        lists the same pages' bookmarks turn after turn, headers repeat their dates and bookmarks."""
         cost = self._line_costs.get(line)
         if cost is None:
             if len(self._line_costs) > 100_000:
