@@ -89,6 +89,19 @@ def writable(path: Optional[Path], flag: str) -> None:
         raise InputError(f"{flag} {path} is not writable; pick a path you can write")
 
 
+def fresh_folder(path: Optional[Path], flag: str) -> None:
+    """Refuse a bench's --keep folder that already holds something: the bench would build into it,
+    mixing its synthetic sessions with what is there and measuring both."""
+    from pager.errors import InputError
+
+    if path is None or not path.exists():
+        return
+    if not path.is_dir():
+        raise InputError(f"{flag} {path} is a file; give a new or empty folder")
+    if any(path.iterdir()):
+        raise InputError(f"{flag} {path} is not empty; a bench builds its own home: give a new or empty folder")
+
+
 def write_report(path: Path, text: str, flag: str) -> bool:
     """Write a finished report; if the disk refuses now, print it on stdout rather than lose it."""
     try:
@@ -618,6 +631,7 @@ def bench_scale(
     if pages < 1000:
         raise PagerError("--pages must be at least 1000")
     writable(json_path, "--json")
+    fresh_folder(keep, "--keep")
     report = scale.main(pages, None, keep, (ctx.obj or {}).get("db"))
     if json_path:
         write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
@@ -641,6 +655,7 @@ def bench_serve(
     from pager.bench import serve
 
     writable(json_path, "--json")
+    fresh_folder(keep, "--keep")
     report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
     if json_path:
         write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")

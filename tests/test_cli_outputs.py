@@ -100,3 +100,23 @@ def test_trace_show_html_to_a_missing_folder_or_a_folder_is_one_line(tmp_path):
     _one_line_error(result, "--html", "does not exist")
     result = runner.invoke(app, ["trace", "show", str(trace), "--html", str(tmp_path)])
     _one_line_error(result, "--html", "is a folder")
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "scale", "--pages", "1000"],
+    ["bench", "serve", "--clients", "1", "--shared", "0", "--turns", "1"],
+])
+def test_a_bench_refuses_to_build_into_a_folder_that_holds_something(tmp_path, monkeypatch, argv):
+    from pager.bench import scale, serve
+
+    built = []
+    for module in (scale, serve):
+        monkeypatch.setattr(module, "main", lambda *a, **k: built.append(a) or {"problems": [], "load": {"failed": 0}})
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "pager.toml").write_text("# a user's settings\n")
+    _one_line_error(runner.invoke(app, argv + ["--keep", str(home)]), "is not empty", "new or empty folder")
+    _one_line_error(runner.invoke(app, argv + ["--keep", str(home / "pager.toml")]), "is a file")
+    assert built == [] and (home / "pager.toml").read_text() == "# a user's settings\n"
+    assert runner.invoke(app, argv + ["--keep", str(tmp_path / "new")]).exit_code == 0
+    assert len(built) == 1
