@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .facts import best_first, held_turns
-from .search import similarities, terms
+from .search import QUOTE, piece_kind, similarities, terms
 
 ROLLING = "rolling"
 EPISODE = "episode"
@@ -294,7 +294,7 @@ class Extractive:
             key = f"e{episode[0].turn}"
             if key in done:
                 continue
-            lines = [line for t in episode for line in sentences(t.speaker, t.text)]
+            lines = [line for t in episode for line in _material(t)]
             picked = self.central(session, lines, self.per_episode, _voiced(episode))
             if picked:
                 out.append(Draft(EPISODE, key, " ".join(picked), (episode[0].turn, episode[-1].turn), episode[-1].ts))
@@ -333,7 +333,7 @@ class Extractive:
         old = _split_kept(previous.text) if previous else []
         lines = []
         for part in (before, after):
-            lines.append(self.central(session, [line for t in part for line in sentences(t.speaker, t.text)],
+            lines.append(self.central(session, [line for t in part for line in _material(t)],
                                       self.rolling_sentences, _voiced(part)) if part else [])
         kept = self.central(session, lines[0] + old + lines[1], self.rolling_sentences, voiced | _voiced(new))
         if not kept:
@@ -393,6 +393,15 @@ class Episodes:
             else:
                 self._at += 1
         return out
+
+
+def _material(turn) -> list[str]:
+    """A turn's sentences as summary material: none of a reply that quotes pages or notes that it is
+    the offline shell (piece_kind QUOTE): it repeats what the pages say, or says nothing of the
+    conversation."""
+    if turn.role == "assistant" and piece_kind(turn.text) == QUOTE:
+        return []
+    return sentences(turn.speaker, turn.text)
 
 
 def _voiced(turns: list) -> set[str]:

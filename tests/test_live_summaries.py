@@ -21,7 +21,7 @@ from pager.offline import OfflineShell
 from pager.page import Page
 from pager.replay import replay
 from pager.store import MemoryStore
-from pager.summaries import EPISODE, ROLLING, Draft, Episodes, Extractive
+from pager.summaries import EPISODE, ROLLING, Draft, Episodes, Extractive, session_turns
 from pager.trace import TraceWriter, begin
 
 DAY = 86_400
@@ -305,3 +305,26 @@ def test_a_rolling_version_covers_only_what_its_text_was_made_from(tmp_path):
     assert live.summaries.rolling.turns == (1, 12) and said_on(0, live.summaries.rolling.text)
     home.journal.close(remove=True)
     home2.journal.close(remove=True)
+
+
+def test_a_summary_never_quotes_the_offline_shells_replies(tmp_path):
+    """A day of one message: the shell's reply ("Noted — … (offline memory shell: …)", or a quote of a
+    page) is not what was said that day, so the episode's summary and the rolling one hold only Ana's."""
+    clock = Clock()
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=64, embedder="hash", session="short")
+    home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), clock=clock, durable=False)
+    s = home.open()
+    agent = Agent(s, HandlerModel(OfflineShell()), speaker="Ana")
+    for d, text in enumerate(["I start the new job at the library on Monday.",
+                              "Where do I start the new job on Monday?",
+                              "The garden gets a lot of sun this week."]):
+        clock.now = T0 + d * DAY
+        assert not agent.ask(text).error
+    replies = [t.text for t in session_turns(s) if t.role == "assistant"]
+    assert any("offline memory shell" in r for r in replies) and any(r.startswith("From p") for r in replies), replies
+    summaries = [x.text for x in s.summaries.items]
+    assert len(summaries) >= 3   # two closed days and the rolling summary
+    for text in summaries:
+        assert "offline memory shell" not in text and "From p" not in text and "from p" not in text, text
+        assert "Ana: " in text
+    home.journal.close(remove=True)
