@@ -190,6 +190,8 @@ class Leases:
     def _renew_all(self) -> None:
         """Renew every lease held, one compare-and-swap per slot of the leases table."""
         store: Any = self._store()   # a LanceStore: only a store that keeps leases gets this far
+        if getattr(store, "closed", False):
+            return   # the process is exiting (or the home let go of the store): nothing to renew with
         with self._mutex:
             keys = list(self.held)
         slots: dict[int, list[tuple[str, str]]] = {}

@@ -17,11 +17,13 @@ its rows and only ever updated by compare-and-swap (swap_lease), so a lease neve
 
 from __future__ import annotations
 
+import atexit
 import json
 import time
 import warnings
+import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -219,10 +221,12 @@ class LanceStore:
                 from datetime import timedelta
 
                 kwargs["read_consistency_interval"] = timedelta(seconds=read_consistency_s)
-            self.db = lancedb.connect(uri, **kwargs)
+            self.db: Any = lancedb.connect(uri, **kwargs)
         except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
             raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
         self._tables: dict = {}
+        self.closed = False
+        _opened(self)
         try:
             self._open_or_create()
         except StoreError:
@@ -230,6 +234,19 @@ class LanceStore:
         except (OSError, RuntimeError, ValueError) as exc:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
             raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
+
+    def close(self) -> None:
+        """Let go of LanceDB's handles (the open tables and the connection: LanceDB's sync API has no
+        close, so dropping the last reference is what frees their native objects). Idempotent; the
+        store is not used after. Also done for every store still open when the interpreter exits:
+        dropped later, during finalization, LanceDB's native threads may still need the interpreter
+        and abort the process ("PyGILState_Release: thread state must be current"), as seen after a
+        write a full disk refused (tests/reliability/test_bad_input.py, about one run in 17)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._tables.clear()
+        self.db = None
 
     # -- schema ---------------------------------------------------------------------------------
     def _schemas(self) -> dict:
@@ -786,3 +803,19 @@ def m007_fact_ends(store: LanceStore) -> None:
 def fact_from(r: dict) -> Fact:
     return Fact(int(r["n"]), r["subject"], r["text"], tuple(r["turns"] or ()), tuple(r["pages"] or ()), float(r["ts"]),
                 r["date"], r["source"], bool(r.get("ends") or False))
+
+
+_OPEN_STORES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _opened(store: LanceStore) -> None:
+    if not _OPEN_STORES:
+        atexit.unregister(_close_open_stores)
+        atexit.register(_close_open_stores)
+    _OPEN_STORES.add(store)
+
+
+def _close_open_stores() -> None:
+    """At exit, while the interpreter is whole: close what is still open (LanceStore.close says why)."""
+    for store in list(_OPEN_STORES):
+        store.close()
