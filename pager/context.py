@@ -166,8 +166,9 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     the search, the best fact or the best excerpt of a turn not shown already (`split`); fact slabs
     take at most `fact_share` of the frames, excerpt slabs at most `excerpt_slabs` (0 by default: on
     LoCoMo they did not pay, BENCHMARKS.md, third round of issue 14). Pages are then
-    faulted once; the fact slabs are filled with the best facts whose pages are not resident, the
-    excerpt slabs with the excerpts the split chose, then the next best, of pages not resident."""
+    faulted once, those holding what the fact slabs will not tell first (`beside_facts`); the fact
+    slabs are filled with the best facts whose pages are not resident, the excerpt slabs with the
+    excerpts the split chose, then the next best, of pages not resident."""
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
@@ -182,7 +183,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
                                               excerpts, most_excerpts)
     session.resize(frames - fact_slabs - excerpt_slabs)
     if autopage:
-        session.autopage(message, hits=hits)
+        session.autopage(message, hits=beside_facts(session, hits, weights, slab_turns(session, ranked, fact_slabs)))
     resident = set(session.resident())
     packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked
                                                if not (f.pages and set(f.pages) <= resident)]), fact_slabs)
@@ -191,6 +192,44 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
              if item[0].page not in resident and item[0].turn not in told]
     packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
     return packed, (hits if autopage else [])
+
+
+TOLD_SHARE = 0.5   # of its weight a turn the fact slabs will tell keeps when pages are chosen (beside_facts)
+
+
+def slab_turns(session: Session, ranked: list[tuple], slabs: int) -> set[int]:
+    """The turns the fact slabs would tell were no page resident: the best facts packed as they will be
+    (breadth first, first fit), before any page is chosen. Facts of the pages then faulted are left
+    out of the slabs, which leaves more room, so these turns are told all the same."""
+    if slabs <= 0:
+        return set()
+    packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked]), slabs)
+    return {t for slab in packed for f, _ in slab for t in f.turns}
+
+
+def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
+    """The hits in the order to page them in: each page by its search score, scaled by how much of its
+    best piece's weight is left once the turns the fact slabs will tell keep only TOLD_SHARE of theirs.
+
+    A page whose best turn a fact will tell anyway shows that turn twice; a page whose evidence no
+    fact tells shows what the slabs cannot. The order decides which pages are faulted when the frames
+    left for pages are fewer than the hits (the split gave frames to slabs): those beside the facts
+    go first. A told turn keeps half its weight, not none: its page still holds the turns around it
+    (the question a fact's turn answers, say), and with none the pages gave up those turns for the
+    same coverage (BENCHMARKS.md, fourth round of issue 14)."""
+    if not told or not len(weights):
+        return hits
+    ranked = []
+    for i, hit in enumerate(hits):
+        ids = session.index.page_pieces.get(hit.n, [])
+        spans = session.pages[hit.n].spans if hit.n in session.pages else []
+        best = kept = 0.0
+        for piece, (turn, _, _) in zip(ids, spans):
+            weight = float(weights[piece]) if piece < len(weights) else 0.0
+            best = max(best, weight)
+            kept = max(kept, weight * TOLD_SHARE if turn in told else weight)
+        ranked.append((-(hit.score * kept / best) if best > 0 else -hit.score, i))
+    return [hits[i] for _, i in sorted(ranked)]
 
 
 def breadth_first(facts: list[tuple]) -> list[tuple]:

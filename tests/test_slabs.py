@@ -4,6 +4,7 @@ it came from, and a message with facts is paged in one pass (one search, each pa
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from pager import context
 from pager.config import Config
 from pager.context import build, rank_facts
 from pager.embed import HashEmbedder
@@ -100,7 +101,9 @@ def test_a_message_with_facts_is_paged_in_one_pass(tmp_path):
 
 
 def test_an_evidence_turn_no_fact_tells_reaches_a_small_budget_as_an_excerpt(tmp_path):
-    home, s = trips_home(tmp_path, facts=4, excerpts=1)
+    # one trip with a fact, seven without: more than the frames left for pages hold, even once
+    # the pages go to what the facts do not tell (beside_facts)
+    home, s = trips_home(tmp_path, facts=1, excerpts=1)
     ctx = build(s, "Which cities did Maya visit?", chat=False)
     told = {t for f in s.facts.items for t in f.turns}
     trips = {t for t in range(1, s.turn_count + 1) if t not in told}
@@ -111,18 +114,53 @@ def test_an_evidence_turn_no_fact_tells_reaches_a_small_budget_as_an_excerpt(tmp
         page = next(n for n, p in s.pages.items() if any(t == turn for t, _, _ in p.spans))
         assert page not in ctx.pages, "an excerpt never repeats a resident page"
         text = next(p.piece_text(i) for n, p in s.pages.items() for i, (t, _, _) in enumerate(p.spans) if t == turn)
-        line = next(line for line in ctx.memory.splitlines() if line.startswith(f"- p{page} "))
-        assert line.endswith(text), "the whole turn, as the page has it"
+        lines = [line for line in ctx.memory.splitlines() if line.startswith(f"- p{page} ")]
+        assert any(line.endswith(text) for line in lines), "the whole turn, as the page has it"
     block = next(b for b in ctx.memory.split("\n\n") if b.startswith("[excerpts"))
     assert ctx.tokens["facts"] >= s.tokenizer.count(block)
-    shown = [city for city in CITIES[4:] if city in ctx.memory]
-    on_pages = [city for city in CITIES[4:] if any(city in s.pages[n].text for n in ctx.pages if n in s.pages)]
+    shown = [city for city in CITIES[1:] if city in ctx.memory]
+    on_pages = [city for city in CITIES[1:] if any(city in s.pages[n].text for n in ctx.pages if n in s.pages)]
     assert len(shown) > len(on_pages), (shown, on_pages)
     assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
     # off (the default), the same question shows no excerpt: the lever is this setting
     home.journal.close(remove=True)
-    home, s = trips_home(tmp_path / "off", facts=4)
+    home, s = trips_home(tmp_path / "off", facts=1)
     assert not build(s, "Which cities did Maya visit?", chat=False).excerpts
+    home.journal.close(remove=True)
+
+
+def test_pages_go_to_the_evidence_the_fact_slabs_do_not_tell(tmp_path, monkeypatch):
+    """Four trips have a fact, four do not, and the budget holds fewer pages than the search finds:
+    the pages go first to trips no fact tells, so more trips are in view than when the pages follow
+    the search's order (TOLD_SHARE 1: a told turn keeps all its weight, the order before)."""
+
+    def shown(share: float, folder) -> tuple[set[str], set[str], set[str]]:
+        monkeypatch.setattr(context, "TOLD_SHARE", share)
+        home, s = trips_home(folder, facts=4)
+        ctx = build(s, "Which cities did Maya visit?", chat=False)
+        assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+        on_pages = {c for c in CITIES if any(c in s.pages[n].text for n in ctx.pages if n in s.pages)}
+        told = {c for n in ctx.facts for c in CITIES if c in s.facts.items[n - 1].text}
+        home.journal.close(remove=True)
+        return on_pages, told, {c for c in CITIES if c in ctx.memory}
+
+    share = context.TOLD_SHARE
+    before_pages, _, before = shown(1.0, tmp_path / "search order")
+    pages, told, now = shown(share, tmp_path / "beside facts")
+    untold = set(CITIES[4:])   # the trips without a fact
+    assert len(pages & untold) > len(before_pages & untold), (before_pages, pages)
+    assert len(now) > len(before), (before, now)
+    assert not pages & told, "a trip is shown twice, on a page and as a fact"
+
+
+def test_the_search_order_stands_when_the_slabs_tell_nothing(tmp_path):
+    home, s = trips_home(tmp_path, facts=4)
+    hits = s.search("Which cities did Maya visit?", k=6, record=False)
+    weights = context.piece_weights(s)
+    assert context.beside_facts(s, hits, weights, set()) == hits
+    told = context.slab_turns(s, context.rank_facts(s, "Which cities did Maya visit?", weights), 1)
+    assert told == {t for f in s.facts.items for t in f.turns}, "one slab holds the four trip facts"
+    assert context.slab_turns(s, context.rank_facts(s, "Which cities did Maya visit?", weights), 0) == set()
     home.journal.close(remove=True)
 
 
