@@ -1,9 +1,11 @@
 """The faster ingest path stores and finds exactly what the plain one does (issue 15).
 
 Offline keywords use a quicker date pattern and skip scans that cannot match, BM25 terms of ASCII
-text skip the CJK loop, and a large append packs its pages while the helper thread is still
-embedding. Each is checked against the plain form here: the release's date pattern and every scan,
-the general terms loop, and a home fed one message at a time without the helper.
+text skip the CJK loop, a large append packs its pages while the helper thread is still
+embedding, and the packer counts a page's body from its end (with each line's own count made on
+the helper thread). Each is checked against the plain form here: the release's date pattern and
+every scan, the general terms loop, a packer that counts every body whole, and a home fed one
+message at a time without the helper.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from pager import bookmarks as bm
 from pager.bench.scale import NAMES, TextGenerator
@@ -19,7 +22,9 @@ from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.search import _TOKEN, _term, terms
+from pager.page import Packer, Turn
 from pager.store import MemoryStore
+from pager.tokens import get_tokenizer
 
 # the date pattern of release 0.1, every month name spelled out
 RELEASE_DATE = re.compile(
@@ -93,17 +98,29 @@ def test_bm25_terms_are_those_of_the_general_loop(text):
     assert terms(text) == _general_terms(text)
 
 
-def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path):
-    """Appends of 1,000 through the durable path (journal, helper-thread embedding, packing beside
-    it) against one message at a time without a journal: the same pages, keywords, vectors and
-    search results."""
+@pytest.mark.parametrize("listen", [True, False])
+def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path, monkeypatch,
+                                                                                              listen):
+    """Appends of 1,000 through the durable path (journal, helper-thread embedding and token counts,
+    packing beside it) against one message at a time without a journal: the same pages, keywords,
+    vectors and search results, and (with a listener, which gets each turn's count) the same events."""
+    import pager.session
+
     messages = [{"speaker": NAMES[i % len(NAMES)], "text": t} for i, t in enumerate(TextGenerator(11).turns(2500))]
+    messages[5:9] = [{"speaker": "Maya", "text": "ok!"}, {"speaker": "/x", "text": "we x!"}, {"speaker": "Sam", "text": "done."},
+                     {"speaker": "Sam", "text": "long " * 400}]   # a speaker count_appended must not sum, a split turn
+    counted = []
+    count_turns = pager.session.count_turns
+    monkeypatch.setattr(pager.session, "count_turns", lambda *a: counted.append(len(a[0])) or count_turns(*a))
 
     def ingest(durable: bool, size: int):
         cfg = Config(home=tmp_path / f"h{durable}", budget=4096, page_tokens=128, embedder="hash")
         store = MemoryStore()
         home = Home(cfg, store=store, embedder=HashEmbedder(), durable=durable)
         s = home.open("work")
+        events: list = []
+        if listen:
+            s.events.listeners.append(events.append)
         for i in range(0, len(messages), size):
             s.append_many(messages[i : i + size])
         home.flush()
@@ -116,14 +133,22 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
         assert [(p.n, p.keywords) for p in stored] == [(p[0], p[3]) for p in pages]   # flushed as held
         vectors = s.index.vectors().copy()
         home.close()
-        return pages, results, (vectors, np.concatenate(stored_vectors)), used
+        events = [(e.kind, e.data) for e in events if e.kind in ("turn", "page_sealed")]
+        return pages, results, (vectors, np.concatenate(stored_vectors)), used, events
 
-    fast, plain = ingest(True, 1000), ingest(False, 1)
+    fast = ingest(True, 1000)
+    assert sum(counted) == len(messages)   # every turn was counted on the helper
+    plain = ingest(False, 1)
+    assert sum(counted) == len(messages)   # and none without an fsync to wait for
     assert fast[3] and not plain[3]   # the durable home embedded on the helper; the other had no fsync to wait for
     assert len(fast[0]) > 500
     assert fast[0] == plain[0]
     assert fast[1] == plain[1]
     assert np.array_equal(fast[2][0], plain[2][0]) and np.array_equal(fast[2][1], plain[2][1])
+    assert fast[4] == plain[4] and len(fast[4]) == (len(messages) + len(fast[0]) if listen else 0)
+    if listen:
+        assert [d["tokens"] for k, d in fast[4] if k == "turn"] == [get_tokenizer("cl100k_base").count(m["text"])
+                                                                    for m in messages]
 
 
 def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
@@ -152,3 +177,59 @@ def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
     bulk, plain = build(True), build(False)
     assert all(len(bulk[i][1]) == 300 for i in range(4))
     assert bulk == plain
+
+
+# text where tiktoken's pre-tokens cross line and word ends: punctuation before newlines, runs of spaces
+# and newlines, digits, contractions, CJK, emoji, accents, and letters next to all of them
+ODD = st.lists(st.one_of(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]),
+                        st.sampled_from(["\n", " ", "  ", ".", "!?\n", "'s", "’", ":", "/", "\t", "\r", "123",
+                                         "東京", "😀", "é", "May", "x", "-", "("])),
+               min_size=1, max_size=60).map("".join).filter(lambda t: t.strip() and "\x00" not in t)
+SPEAKERS = st.sampled_from(["Maya", "sam", "A b", "Z", "ü", "東京", "1x", "'s", "(x)", "-", "😀", "x\ty", "/x", "/"])
+ENCODINGS = st.sampled_from(["cl100k_base", "o200k_base"])
+
+
+class WholePacker(Packer):
+    """The packer as it was: every body counted whole."""
+
+    def count_appended(self, line, known=None):
+        return self.tokenizer.count(self._body_with(line))
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns=st.lists(st.tuples(SPEAKERS, st.one_of(ODD, spaced, texts), st.sampled_from(["", "1 May 2023", "2 May 2023"]),
+                                st.booleans()), min_size=1, max_size=40),
+       page_tokens=st.sampled_from([48, 64, 128, 256]), encoding=ENCODINGS)
+def test_a_packer_counting_from_the_end_seals_the_pages_of_one_counting_whole(turns, page_tokens, encoding):
+    """Packer.count_appended recounts only the body's end (and takes a line's own count when given):
+    after every turn the open body's count is its exact whole count, and every sealed page is the one
+    a packer counting every body whole seals, tokens included."""
+    tokenizer = get_tokenizer(encoding)
+    fast, whole = Packer("s", tokenizer, page_tokens), WholePacker("s", tokenizer, page_tokens)
+    for n, (speaker, text, date, known) in enumerate(turns, 1):
+        turn = Turn("s", n, speaker, text, date=date)
+        line_tokens = tokenizer.count(f"{speaker}: {text}") if known else None
+        assert fast.add(turn, line_tokens=line_tokens) == whole.add(turn)
+        body = "\n".join(p.line for p in fast.pieces)
+        assert fast.body_tokens == whole.body_tokens == tokenizer.count(body), repr(body)
+    if fast.pieces:
+        assert fast.seal() == whole.seal()
+
+
+@settings(max_examples=600, deadline=None)
+@given(body=st.lists(st.one_of(ODD, spaced), min_size=1, max_size=3), line=st.one_of(ODD, spaced), head=SPEAKERS,
+       encoding=ENCODINGS)
+@example(body=["we saw x!"], line="hi", head="/x", encoding="o200k_base")   # o200k's "!\n/" is one pre-token
+@example(body=["so it goes."], line="a", head="//x", encoding="o200k_base")
+def test_a_body_with_a_line_counts_as_its_end_plus_the_line(body, line, head, encoding):
+    """The sums count_appended makes, on any text: the body's count less its end's, plus the end with
+    the newline and the line (or, for a line starting with an ASCII letter, the end with the newline
+    plus the line's own count) is the whole body's count."""
+    tokenizer = get_tokenizer(encoding)
+    packer = Packer("s", tokenizer, 10_000)
+    for i, text in enumerate(body, 1):
+        packer.add(Turn("s", i, "Maya", text))
+    line = f"{head}: {line}"
+    whole = tokenizer.count("\n".join(p.line for p in packer.pieces) + "\n" + line)
+    assert packer.count_appended(line) == whole
+    assert packer.count_appended(line, tokenizer.count(line)) == whole
