@@ -102,14 +102,22 @@ def extract(text: str, limit: int = 6) -> list[str]:
             add(number, 2.0)
     words = Counter(w.lower() for w in _WORD.findall(body))
     for word, count in words.items():
-        if word not in STOPWORDS:
+        if word in STOPWORDS:
+            continue
+        if word.isalpha():   # a word of ASCII letters is its own lookup form (add() without normalize)
+            if word not in NOT_NAMES:
+                scored[word] += 0.6 + 0.4 * min(count, 3) + 0.05 * len(word)
+                display.setdefault(word, word)
+        else:
             add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
     ranked = sorted(scored, key=lambda k: (-scored[k], k))
     chosen: list[str] = []
+    covered = ""   # the chosen, lower-cased, each after a NUL: no key holds one (normalize), so none spans two
     for key in ranked:
-        if any(key in c.lower() for c in chosen):
+        if key in covered:
             continue  # already covered by a longer phrase
         chosen.append(display[key])
+        covered += "\x00" + chosen[-1].lower()
         if len(chosen) == limit:
             break
     return chosen

@@ -317,8 +317,8 @@ class Session:
         while n in self._waiting:
             ready.append(self._waiting.pop(n))
             n += 1
-        if announce and ready:
-            self.emit("append", origin=announce, turns=[_turn_record(t) for t, _ in ready])
+        if announce and ready:   # the records only for a listener: an event nobody hears is numbered, not made
+            self.emit("append", origin=announce, turns=[_turn_record(t) for t, _ in ready] if self.events.listeners else [])
         if self._episodes is not None and ready:
             self._closed += self._episodes.feed([t for t, _ in ready])
         for t, mine in ready:
@@ -380,7 +380,7 @@ class Session:
 
     def _in_frame(self, n: int) -> Entry:
         """The entry of a page being written (the tail, or a page a long turn filled): always resident."""
-        entry = self.table.setdefault(n, Entry(n))
+        entry = self.table.get(n) or self.table.setdefault(n, Entry(n))
         if not entry.resident:
             self.frames.make_room({n}, self.tick, self._evict)
             self.frames.place(entry)

@@ -77,6 +77,66 @@ def test_offline_keywords_of_odd_text_are_the_release_keywords(text):
         assert bm.extract(text) == _release_extract(text, mp), text
 
 
+def _plain_extract(text: str, limit: int = 6) -> list[str]:
+    """extract() with every keyword through add() and the covered-phrase check phrase by phrase."""
+    from collections import Counter, defaultdict
+
+    body = "\n".join(bm._strip_speaker(line) for line in text.splitlines() if not bm._DATE_MARKER.match(line))
+    scored: dict[str, float] = defaultdict(float)
+    display: dict[str, str] = {}
+
+    def add(keyword: str, weight: float) -> None:
+        key = bm.normalize(keyword)
+        if len(key) < 2 or key in bm.STOPWORDS or key in bm.NOT_NAMES:
+            return
+        scored[key] += weight
+        display.setdefault(key, keyword.strip())
+
+    for match in bm._DATE.finditer(body):
+        add(match.group(0), 4.0)
+    for match in bm._NAME_RUN.finditer(body):
+        phrase = bm._trim_name(match.group(0))
+        if phrase:
+            add(phrase, 3.0 + 0.5 * phrase.count(" "))
+    for match in bm._IDENT.finditer(body):
+        add(match.group(1) or match.group(2), 3.0)
+    for match in bm._CJK.finditer(body):
+        run = match.group(0)
+        add(run if len(run) <= 8 else run[:8], 2.5)
+    for match in bm._NUMBER.finditer(body):
+        number = match.group(0).strip()
+        if sum(map(str.isdecimal, number)) >= 2 or not number.isdigit():
+            add(number, 2.0)
+    for word, count in Counter(w.lower() for w in bm._WORD.findall(body)).items():
+        if word not in bm.STOPWORDS:
+            add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
+    chosen: list[str] = []
+    for key in sorted(scored, key=lambda k: (-scored[k], k)):
+        if any(key in c.lower() for c in chosen):
+            continue
+        chosen.append(display[key])
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+WORDY = ["Congratulations", "congratulations", "Wednesday", "wednesday", "marathon", "marathons", "Marathon",
+         "don't-stop", "well-known", "Lake Como", "lake como", "Bank of England", "England", "Como", "Lakeside"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(texts, spaced, st.lists(st.sampled_from(PIECES + WORDY), min_size=1, max_size=40).map(" ".join)))
+def test_offline_keywords_are_those_of_the_plain_loop(text):
+    """extract()'s shortcuts (a word of letters skips normalize, the covered check is one search) pick
+    the keywords the plain loop picks."""
+    assert bm.extract(text) == _plain_extract(text), text
+
+
+def test_offline_keywords_of_pages_are_those_of_the_plain_loop():
+    for text in _samples():
+        assert bm.extract(text) == _plain_extract(text), text
+
+
 def _general_terms(text: str) -> list[str]:
     """terms() without its ASCII shortcut: the CJK-aware loop for every text."""
     out, cjk = [], []
@@ -233,3 +293,17 @@ def test_a_body_with_a_line_counts_as_its_end_plus_the_line(body, line, head, en
     whole = tokenizer.count("\n".join(p.line for p in packer.pieces) + "\n" + line)
     assert packer.count_appended(line) == whole
     assert packer.count_appended(line, tokenizer.count(line)) == whole
+
+
+QUOTING = ["From p12: “", "from p3 (9 May 2023): “", "Also from p7: “", "Sam: From p1: “", ". From p2", "rom p", "From p",
+           "(offline memory shell", "?", "x", " ", "\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(QUOTING + PIECES), min_size=1, max_size=12).map("".join))
+def test_a_piece_kind_is_that_of_the_quote_pattern_alone(text):
+    """piece_kind looks for "rom p" before it runs the quote pattern: the kind is the pattern's."""
+    from pager.search import _QUOTES_PAGE, PLAIN, QUESTION, QUOTE, SHELL_NOTE, piece_kind
+
+    plain = QUOTE if _QUOTES_PAGE.search(text) or SHELL_NOTE in text else QUESTION if "?" in text else PLAIN
+    assert piece_kind(text) == plain
