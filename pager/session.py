@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
@@ -368,7 +367,7 @@ class Session:
     def _seal(self, page: Page) -> None:
         own = _own_text(page)
         keywords = tuple(bm.extract(own))
-        page = replace(page, keywords=keywords, importance=_importance(own, keywords))
+        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, keywords)})   # replace(), unchecked
         self.pages[page.n] = page
         self._unembedded.append(page)
         self.directory.add(keywords, [page.n])

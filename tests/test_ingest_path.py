@@ -42,6 +42,23 @@ texts = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map("".join)
 spaced = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map(" ".join)
 
 
+# the name and number patterns of release 0.1, each led by its word-boundary assertion
+RELEASE_NAME_RUN = re.compile(r"\b(?:[A-Z][\w'’-]*|[A-Z]{2,})(?:\s+(?:of\s+|de\s+|the\s+)?(?:[A-Z][\w'’-]*|[A-Z]{2,}|\d+))*")
+RELEASE_NUMBER = re.compile(r"(?<![\w.])\$?\d[\d,.]*(?:\s?(?:%|k|m|am|pm|kg|km|mi|miles|hours?|minutes?|years?|days?))?(?![\w.])")
+NUMBERISH = ["$", "$$", "$5", "a$5", ".5", "5.", "1,000", "3 pm", "20%", "x9", "_9", "é9", "9k", "12 days", "٣", "²", "Ⅻ",
+             "A", "AB", "Bank", "of", "the", "de", "Ünal", "ÉMILE", "x", "'", "’", "-"]
+odd_numbers = st.lists(st.sampled_from(PIECES + NUMBERISH), min_size=1, max_size=30)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(texts, spaced, odd_numbers.map("".join), odd_numbers.map(" ".join)))
+def test_the_name_and_number_patterns_find_what_the_release_patterns_found(text):
+    for new, old in ((bm._NAME_RUN, RELEASE_NAME_RUN), (bm._NUMBER, RELEASE_NUMBER)):
+        assert [m.group(0) for m in new.finditer(text)] == [m.group(0) for m in old.finditer(text)], (text, new.pattern)
+    assert [m.span() for m in bm._NAME_RUN.finditer(text)] == [m.span() for m in RELEASE_NAME_RUN.finditer(text)]
+    assert [m.span() for m in bm._NUMBER.finditer(text)] == [m.span() for m in RELEASE_NUMBER.finditer(text)]
+
+
 @settings(max_examples=600, deadline=None)
 @given(st.one_of(texts, spaced))
 def test_the_date_pattern_finds_what_the_release_pattern_found(text):
@@ -307,3 +324,15 @@ def test_a_piece_kind_is_that_of_the_quote_pattern_alone(text):
 
     plain = QUOTE if _QUOTES_PAGE.search(text) or SHELL_NOTE in text else QUESTION if "?" in text else PLAIN
     assert piece_kind(text) == plain
+
+
+def test_a_page_table_snapshot_holds_its_state_fields_in_order():
+    """PageTable.snapshot reads the fields directly: the values of STATE_FIELDS, in that order."""
+    from pager.page_table import Entry, PageTable
+
+    table = PageTable()
+    table[3] = Entry(3, tokens=9, resident=True, frame=2, pinned=True, referenced=True, last_use=7, use_count=4,
+                     fault_count=2, relevance=0.5)
+    table[4] = Entry(4)
+    assert table.snapshot() == {"3": [getattr(table[3], f) for f in PageTable.STATE_FIELDS]}
+    assert table.snapshot(every=True)["4"] == [getattr(table[4], f) for f in PageTable.STATE_FIELDS]
