@@ -21,8 +21,8 @@ from pager.bench.scale import NAMES, TextGenerator
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
-from pager.search import _TOKEN, _term, terms
 from pager.page import Packer, Turn
+from pager.search import _TOKEN, _term, terms
 from pager.store import MemoryStore
 from pager.tokens import get_tokenizer
 
