@@ -44,9 +44,14 @@ MONTHS = (
     "jan feb mar apr jun jul aug sep sept oct nov dec"
 ).split()
 
-_NAME_RUN = re.compile(r"\b(?:[A-Z][\w'’-]*|[A-Z]{2,})(?:\s+(?:of\s+|de\s+|the\s+)?(?:[A-Z][\w'’-]*|[A-Z]{2,}|\d+))*")
+# A run of capitalised words. It starts at its capital (which the regex engine looks for first), the
+# lookbehind standing for the word boundary before it ("\b[A-Z][\w'’-]*…", tests/test_ingest_path.py).
+_NAME_RUN = re.compile(r"[A-Z](?<!\w[A-Z])[\w'’-]*(?:\s+(?:of\s+|de\s+|the\s+)?(?:[A-Z][\w'’-]*|[A-Z]{2,}|\d+))*")
 _IDENT = re.compile(r"`([^`\n]{2,40})`|\b([A-Za-z_][\w]*(?:[._][\w]+)+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*)\b")
-_NUMBER = re.compile(r"(?<![\w.])\$?\d[\d,.]*(?:\s?(?:%|k|m|am|pm|kg|km|mi|miles|hours?|minutes?|years?|days?))?(?![\w.])")
+# a number starts at its "$" or first digit, each checked for a word or "." before it (so the engine looks for
+# those first): the matches of "(?<![\w.])\$?\d[\d,.]*…" (tests/test_ingest_path.py)
+_NUMBER = re.compile(r"(?:\$(?<![\w.]\$)\d|\d(?<![\w.]\d))[\d,.]*"
+                     r"(?:\s?(?:%|k|m|am|pm|kg|km|mi|miles|hours?|minutes?|years?|days?))?(?![\w.])")
 # A date: "9 May 2023", "May 9th, 2023", "2023-05-09". Months match by their first three letters (the
 # letters after them are taken by [a-z]* either way, so the matches are those of the full names listed),
 # and the lookahead skips at once the words that cannot start one: a third of the cost of extract() before.
@@ -102,14 +107,22 @@ def extract(text: str, limit: int = 6) -> list[str]:
             add(number, 2.0)
     words = Counter(w.lower() for w in _WORD.findall(body))
     for word, count in words.items():
-        if word not in STOPWORDS:
+        if word in STOPWORDS:
+            continue
+        if word.isalpha():   # a word of ASCII letters is its own lookup form (add() without normalize)
+            if word not in NOT_NAMES:
+                scored[word] += 0.6 + 0.4 * min(count, 3) + 0.05 * len(word)
+                display.setdefault(word, word)
+        else:
             add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
     ranked = sorted(scored, key=lambda k: (-scored[k], k))
     chosen: list[str] = []
+    covered = ""   # the chosen, lower-cased, each after a NUL: no key holds one (normalize), so none spans two
     for key in ranked:
-        if any(key in c.lower() for c in chosen):
+        if key in covered:
             continue  # already covered by a longer phrase
         chosen.append(display[key])
+        covered += "\x00" + chosen[-1].lower()
         if len(chosen) == limit:
             break
     return chosen

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .tokens import Tokenizer
+from .tokens import ASCII_LETTERS, Tokenizer, last_boundary
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,10 @@ class Packer:
         # header, its newline and the separator to the next block all fit the frame
         return self.page_tokens - header_reserve(self.page_tokens) - 2
 
-    def add(self, turn: Turn, start: int = 0) -> list[Page]:
-        """Append turn (from char start on); return the pages this sealed."""
+    def add(self, turn: Turn, start: int = 0, line_tokens: int | None = None) -> list[Page]:
+        """Append turn (from char start on); return the pages this sealed. line_tokens: the exact count
+        of `speaker: text` by this packer's tokenizer, if the caller has it (counted on a helper thread
+        beside the journal's fsync: Home._count_early); used only where it keeps every count exact."""
         sealed: list[Page] = []
         text = turn.text
         while True:
@@ -156,8 +158,9 @@ class Packer:
                 line, tokens = "", self.capacity + 1
             else:
                 line = head + text[start:]
-                body = self._body_with(line)
-                tokens = self.tokenizer.count(body)
+                # the caller's count is of "speaker: text", the line unless a date marker leads it
+                known = line_tokens if not start and len(head) == len(turn.speaker) + 2 else None
+                tokens = self.count_appended(line, known)
             if tokens <= self.capacity:
                 self.pieces.append(_Piece(turn, start, len(text), line))
                 self.body_tokens = tokens
@@ -218,6 +221,27 @@ class Packer:
         if not self.pieces:
             return line
         return "\n".join(p.line for p in self.pieces) + "\n" + line
+
+    def count_appended(self, line: str, known: int | None = None) -> int:
+        """Exact tokens of the open page's body with line appended (after a newline), recounting only
+        the body's end: tiktoken's pre-tokenizer (cl100k, o200k) is a regex, BPE works within each
+        pre-token, and no pre-token holds an ASCII letter followed by a space (Tokenizer.count_extended)
+        nor a newline followed by a letter (a letter run takes one non-letter in front of it, never a
+        newline). So the body counts as body_tokens - count(end) + count(end + "\n" + line), where end
+        is the body's last line from its last letter-space boundary, and when `known` (line's own
+        exact count) is given and line starts with an ASCII letter, count(end + "\n") + known stands
+        for the last term. Property-tested against the whole count (tests/test_ingest_path.py)."""
+        count = self.tokenizer.count
+        if not self.pieces:
+            return known if known is not None else count(line)
+        last = self.pieces[-1].line
+        c = last_boundary(last)
+        if c <= 0 or self._uncounted:
+            return count(self._body_with(line))
+        end = last[c:]
+        if known is not None and line[:1] in ASCII_LETTERS:
+            return self.body_tokens - count(end) + count(end + "\n") + known
+        return self.body_tokens - count(end) + count(end + "\n" + line)
 
     def _split_point(self, turn: Turn, start: int) -> int:
         """The end of the longest piece of turn from start that fits an empty page."""

@@ -37,8 +37,9 @@ class PageTable(dict[int, Entry]):
     def snapshot(self, every: bool = False) -> dict:
         """Entries as {n: [fields…]}: those that differ from a never-used page, or `every` one
         (replay needs every one: its pages were all just written, so none is never-used)."""
-        fields = self.STATE_FIELDS
-        return {str(e.n): [getattr(e, f) for f in fields] for e in self.values()
+        # the fields of STATE_FIELDS, in its order, read directly (a flush snapshots thousands of entries)
+        return {str(e.n): [e.resident, e.frame, e.pinned, e.referenced, e.last_use, e.use_count, e.fault_count,
+                           e.relevance] for e in self.values()
                 if every or e.resident or e.pinned or e.use_count or e.fault_count}
 
     def restore(self, rows: dict) -> None:

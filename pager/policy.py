@@ -13,6 +13,7 @@ while costing O(1) per use.
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Protocol, Sequence
 
 from .page_table import Entry
@@ -62,6 +63,9 @@ class LFU(_Ranked):
         return (e.use_count, e.last_use, e.n)
 
 
+_FRAME = attrgetter("frame")
+
+
 class Clock:
     """Second chance: the hand sweeps frames, clearing referenced bits, and takes the first clear one."""
 
@@ -78,7 +82,7 @@ class Clock:
 
     def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
         """One sweep of the hand that takes k pages, clearing the bits it passes."""
-        ring = sorted(candidates, key=lambda e: e.frame)
+        ring = sorted(candidates, key=_FRAME)
         k = min(k, len(ring))
         start = next((i for i, e in enumerate(ring) if e.frame >= self.hand), 0)
         taken: list[Entry] = []

@@ -103,7 +103,8 @@ SHELL_NOTE = "(offline memory shell"   # the offline shell's replies that quote 
 def piece_kind(text: str) -> int:
     """QUOTE for a reply that quotes pages (the offline shell's answers, "From p5 (…): “…”") or
     notes that it is the shell; QUESTION for a question; PLAIN otherwise."""
-    if _QUOTES_PAGE.search(text) or SHELL_NOTE in text:
+    # every match of _QUOTES_PAGE holds "rom p": a text without it skips the regex's scan of every position
+    if ("rom p" in text and _QUOTES_PAGE.search(text)) or SHELL_NOTE in text:
         return QUOTE
     return QUESTION if "?" in text else PLAIN
 

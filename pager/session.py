@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
@@ -86,6 +85,8 @@ class Session:
         self._unembedded: list[Page] = []
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
         self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
+        self.counting: list = []          # the helper's futures of token counts of accepted turns (Home._count_early)
+        self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens), from those
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -292,6 +293,7 @@ class Session:
         self.pending.turns += turns
         self.in_use = set()
         self._take(turns, announce=origin if origin == "input" else None, own=True)
+        self.counting, self._counted = [], {}   # counts of turns left waiting behind a gap are made again
         self._embed_pending()
 
     def receive(self, records: list[dict]) -> list[Turn]:
@@ -314,8 +316,8 @@ class Session:
         while n in self._waiting:
             ready.append(self._waiting.pop(n))
             n += 1
-        if announce and ready:
-            self.emit("append", origin=announce, turns=[_turn_record(t) for t, _ in ready])
+        if announce and ready:   # the records only for a listener: an event nobody hears is numbered, not made
+            self.emit("append", origin=announce, turns=[_turn_record(t) for t, _ in ready] if self.events.listeners else [])
         if self._episodes is not None and ready:
             self._closed += self._episodes.feed([t for t, _ in ready])
         for t, mine in ready:
@@ -339,18 +341,33 @@ class Session:
         self.turn_count = max(self.turn_count, turn.turn)
         if start >= len(turn.text):
             return  # the last sealed page ended exactly at this turn's end
-        self.emit("turn", turn=turn.turn, speaker=turn.speaker, role=turn.role, date=turn.date,
-                  tokens=self.tokenizer.count(turn.text), ref=turn.ref)
-        for page in self.packer.add(turn, start):
+        counted = self._counts(turn) if self.counting or self._counted else None
+        tokens = 0   # an event nobody listens to is numbered, not made: its count would go unread
+        if self.events.listeners:
+            tokens = counted[2] if counted and counted[2] is not None else self.tokenizer.count(turn.text)
+        self.emit("turn", turn=turn.turn, speaker=turn.speaker, role=turn.role, date=turn.date, tokens=tokens,
+                  ref=turn.ref)
+        for page in self.packer.add(turn, start, counted[1] if counted else None):
             self._seal(page)
             if own and self.home.config.writer_model:
                 self.unwritten.append(page.n)
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
+    def _counts(self, turn: Turn) -> tuple | None:
+        """The helper's counts for this turn (waiting for them only as far as this turn), if it made them
+        for this very turn: (turn, tokens of `speaker: text` or None, tokens of the text or None)."""
+        while turn.turn not in self._counted and self.counting:
+            try:
+                self._counted.update(self.counting.pop(0).result())
+            except Exception:  # noqa: BLE001 - counting failed: the packer counts as usual
+                pass
+        counted = self._counted.pop(turn.turn, None)
+        return counted if counted is not None and counted[0] is turn else None
+
     def _seal(self, page: Page) -> None:
         own = _own_text(page)
         keywords = tuple(bm.extract(own))
-        page = replace(page, keywords=keywords, importance=_importance(own, keywords))
+        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, keywords)})   # replace(), unchecked
         self.pages[page.n] = page
         self._unembedded.append(page)
         self.directory.add(keywords, [page.n])
@@ -362,7 +379,7 @@ class Session:
 
     def _in_frame(self, n: int) -> Entry:
         """The entry of a page being written (the tail, or a page a long turn filled): always resident."""
-        entry = self.table.setdefault(n, Entry(n))
+        entry = self.table.get(n) or self.table.setdefault(n, Entry(n))
         if not entry.resident:
             self.frames.make_room({n}, self.tick, self._evict)
             self.frames.place(entry)
@@ -1034,6 +1051,14 @@ def _early_vectors(early) -> dict:
         return early.result()
     except Exception:  # noqa: BLE001 - the usual path embeds again and raises there
         return {}
+
+
+def count_turns(turns: list[Turn], line, text, longest: int) -> dict[int, tuple]:
+    """turn → (the turn, tokens of its `speaker: text` by tokenizer `line`, of its text by `text` if
+    given): the counts Session._pack asks for, made beforehand on the helper thread. A text longer
+    than `longest` characters cannot fit a page whole: its line is not counted."""
+    return {t.turn: (t, line.count(f"{t.speaker}: {t.text}") if len(t.text) <= longest else None,
+                     text.count(t.text) if text is not None else None) for t in turns}
 
 
 def _turn_record(t: Turn) -> dict:

@@ -125,7 +125,7 @@ class Tokenizer:
         return lo
 
 
-_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def last_boundary(text: str, within: int = 200) -> int:
@@ -133,7 +133,7 @@ def last_boundary(text: str, within: int = 200) -> int:
     letter, a pre-token boundary whatever comes after (Tokenizer.count_extended); 0 if none."""
     c = text.rfind(" ", max(1, len(text) - within))
     while c > 0:
-        if text[c - 1] in _ASCII_LETTERS:
+        if text[c - 1] in ASCII_LETTERS:
             return c
         c = text.rfind(" ", max(1, len(text) - within), c)
     return 0

@@ -1,9 +1,11 @@
 """The faster ingest path stores and finds exactly what the plain one does (issue 15).
 
 Offline keywords use a quicker date pattern and skip scans that cannot match, BM25 terms of ASCII
-text skip the CJK loop, and a large append packs its pages while the helper thread is still
-embedding. Each is checked against the plain form here: the release's date pattern and every scan,
-the general terms loop, and a home fed one message at a time without the helper.
+text skip the CJK loop, a large append packs its pages while the helper thread is still
+embedding, and the packer counts a page's body from its end (with each line's own count made on
+the helper thread). Each is checked against the plain form here: the release's date pattern and
+every scan, the general terms loop, a packer that counts every body whole, and a home fed one
+message at a time without the helper.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from pager import bookmarks as bm
 from pager.bench.scale import NAMES, TextGenerator
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
+from pager.page import Packer, Turn
 from pager.search import _TOKEN, _term, terms
 from pager.store import MemoryStore
+from pager.tokens import get_tokenizer
 
 # the date pattern of release 0.1, every month name spelled out
 RELEASE_DATE = re.compile(
@@ -35,6 +40,23 @@ PIECES = ["1", "9", "12", "31", "2023", "1999-12-31", "2023-5-1", "May", "may", 
           "Zoë", "K", "ok", "Sam:", "(9 May 2023)", "Maya", "Petra", "v2.0", "e.g.", "U.S.", "'s", "’s"]
 texts = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map("".join)
 spaced = st.lists(st.sampled_from(PIECES), min_size=1, max_size=30).map(" ".join)
+
+
+# the name and number patterns of release 0.1, each led by its word-boundary assertion
+RELEASE_NAME_RUN = re.compile(r"\b(?:[A-Z][\w'’-]*|[A-Z]{2,})(?:\s+(?:of\s+|de\s+|the\s+)?(?:[A-Z][\w'’-]*|[A-Z]{2,}|\d+))*")
+RELEASE_NUMBER = re.compile(r"(?<![\w.])\$?\d[\d,.]*(?:\s?(?:%|k|m|am|pm|kg|km|mi|miles|hours?|minutes?|years?|days?))?(?![\w.])")
+NUMBERISH = ["$", "$$", "$5", "a$5", ".5", "5.", "1,000", "3 pm", "20%", "x9", "_9", "é9", "9k", "12 days", "٣", "²", "Ⅻ",
+             "A", "AB", "Bank", "of", "the", "de", "Ünal", "ÉMILE", "x", "'", "’", "-"]
+odd_numbers = st.lists(st.sampled_from(PIECES + NUMBERISH), min_size=1, max_size=30)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(texts, spaced, odd_numbers.map("".join), odd_numbers.map(" ".join)))
+def test_the_name_and_number_patterns_find_what_the_release_patterns_found(text):
+    for new, old in ((bm._NAME_RUN, RELEASE_NAME_RUN), (bm._NUMBER, RELEASE_NUMBER)):
+        assert [m.group(0) for m in new.finditer(text)] == [m.group(0) for m in old.finditer(text)], (text, new.pattern)
+    assert [m.span() for m in bm._NAME_RUN.finditer(text)] == [m.span() for m in RELEASE_NAME_RUN.finditer(text)]
+    assert [m.span() for m in bm._NUMBER.finditer(text)] == [m.span() for m in RELEASE_NUMBER.finditer(text)]
 
 
 @settings(max_examples=600, deadline=None)
@@ -72,6 +94,66 @@ def test_offline_keywords_of_odd_text_are_the_release_keywords(text):
         assert bm.extract(text) == _release_extract(text, mp), text
 
 
+def _plain_extract(text: str, limit: int = 6) -> list[str]:
+    """extract() with every keyword through add() and the covered-phrase check phrase by phrase."""
+    from collections import Counter, defaultdict
+
+    body = "\n".join(bm._strip_speaker(line) for line in text.splitlines() if not bm._DATE_MARKER.match(line))
+    scored: dict[str, float] = defaultdict(float)
+    display: dict[str, str] = {}
+
+    def add(keyword: str, weight: float) -> None:
+        key = bm.normalize(keyword)
+        if len(key) < 2 or key in bm.STOPWORDS or key in bm.NOT_NAMES:
+            return
+        scored[key] += weight
+        display.setdefault(key, keyword.strip())
+
+    for match in bm._DATE.finditer(body):
+        add(match.group(0), 4.0)
+    for match in bm._NAME_RUN.finditer(body):
+        phrase = bm._trim_name(match.group(0))
+        if phrase:
+            add(phrase, 3.0 + 0.5 * phrase.count(" "))
+    for match in bm._IDENT.finditer(body):
+        add(match.group(1) or match.group(2), 3.0)
+    for match in bm._CJK.finditer(body):
+        run = match.group(0)
+        add(run if len(run) <= 8 else run[:8], 2.5)
+    for match in bm._NUMBER.finditer(body):
+        number = match.group(0).strip()
+        if sum(map(str.isdecimal, number)) >= 2 or not number.isdigit():
+            add(number, 2.0)
+    for word, count in Counter(w.lower() for w in bm._WORD.findall(body)).items():
+        if word not in bm.STOPWORDS:
+            add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
+    chosen: list[str] = []
+    for key in sorted(scored, key=lambda k: (-scored[k], k)):
+        if any(key in c.lower() for c in chosen):
+            continue
+        chosen.append(display[key])
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+WORDY = ["Congratulations", "congratulations", "Wednesday", "wednesday", "marathon", "marathons", "Marathon",
+         "don't-stop", "well-known", "Lake Como", "lake como", "Bank of England", "England", "Como", "Lakeside"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(texts, spaced, st.lists(st.sampled_from(PIECES + WORDY), min_size=1, max_size=40).map(" ".join)))
+def test_offline_keywords_are_those_of_the_plain_loop(text):
+    """extract()'s shortcuts (a word of letters skips normalize, the covered check is one search) pick
+    the keywords the plain loop picks."""
+    assert bm.extract(text) == _plain_extract(text), text
+
+
+def test_offline_keywords_of_pages_are_those_of_the_plain_loop():
+    for text in _samples():
+        assert bm.extract(text) == _plain_extract(text), text
+
+
 def _general_terms(text: str) -> list[str]:
     """terms() without its ASCII shortcut: the CJK-aware loop for every text."""
     out, cjk = [], []
@@ -93,17 +175,29 @@ def test_bm25_terms_are_those_of_the_general_loop(text):
     assert terms(text) == _general_terms(text)
 
 
-def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path):
-    """Appends of 1,000 through the durable path (journal, helper-thread embedding, packing beside
-    it) against one message at a time without a journal: the same pages, keywords, vectors and
-    search results."""
+@pytest.mark.parametrize("listen", [True, False])
+def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path, monkeypatch,
+                                                                                              listen):
+    """Appends of 1,000 through the durable path (journal, helper-thread embedding and token counts,
+    packing beside it) against one message at a time without a journal: the same pages, keywords,
+    vectors and search results, and (with a listener, which gets each turn's count) the same events."""
+    import pager.session
+
     messages = [{"speaker": NAMES[i % len(NAMES)], "text": t} for i, t in enumerate(TextGenerator(11).turns(2500))]
+    messages[5:9] = [{"speaker": "Maya", "text": "ok!"}, {"speaker": "/x", "text": "we x!"}, {"speaker": "Sam", "text": "done."},
+                     {"speaker": "Sam", "text": "long " * 400}]   # a speaker count_appended must not sum, a split turn
+    counted = []
+    count_turns = pager.session.count_turns
+    monkeypatch.setattr(pager.session, "count_turns", lambda *a: counted.append(len(a[0])) or count_turns(*a))
 
     def ingest(durable: bool, size: int):
         cfg = Config(home=tmp_path / f"h{durable}", budget=4096, page_tokens=128, embedder="hash")
         store = MemoryStore()
         home = Home(cfg, store=store, embedder=HashEmbedder(), durable=durable)
         s = home.open("work")
+        events: list = []
+        if listen:
+            s.events.listeners.append(events.append)
         for i in range(0, len(messages), size):
             s.append_many(messages[i : i + size])
         home.flush()
@@ -116,14 +210,22 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
         assert [(p.n, p.keywords) for p in stored] == [(p[0], p[3]) for p in pages]   # flushed as held
         vectors = s.index.vectors().copy()
         home.close()
-        return pages, results, (vectors, np.concatenate(stored_vectors)), used
+        events = [(e.kind, e.data) for e in events if e.kind in ("turn", "page_sealed")]
+        return pages, results, (vectors, np.concatenate(stored_vectors)), used, events
 
-    fast, plain = ingest(True, 1000), ingest(False, 1)
+    fast = ingest(True, 1000)
+    assert sum(counted) == len(messages)   # every turn was counted on the helper
+    plain = ingest(False, 1)
+    assert sum(counted) == len(messages)   # and none without an fsync to wait for
     assert fast[3] and not plain[3]   # the durable home embedded on the helper; the other had no fsync to wait for
     assert len(fast[0]) > 500
     assert fast[0] == plain[0]
     assert fast[1] == plain[1]
     assert np.array_equal(fast[2][0], plain[2][0]) and np.array_equal(fast[2][1], plain[2][1])
+    assert fast[4] == plain[4] and len(fast[4]) == (len(messages) + len(fast[0]) if listen else 0)
+    if listen:
+        assert [d["tokens"] for k, d in fast[4] if k == "turn"] == [get_tokenizer("cl100k_base").count(m["text"])
+                                                                    for m in messages]
 
 
 def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
@@ -152,3 +254,85 @@ def test_the_benchmark_bulk_build_stores_what_per_session_puts_store(tmp_path):
     bulk, plain = build(True), build(False)
     assert all(len(bulk[i][1]) == 300 for i in range(4))
     assert bulk == plain
+
+
+# text where tiktoken's pre-tokens cross line and word ends: punctuation before newlines, runs of spaces
+# and newlines, digits, contractions, CJK, emoji, accents, and letters next to all of them
+ODD = st.lists(st.one_of(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]),
+                        st.sampled_from(["\n", " ", "  ", ".", "!?\n", "'s", "’", ":", "/", "\t", "\r", "123",
+                                         "東京", "😀", "é", "May", "x", "-", "("])),
+               min_size=1, max_size=60).map("".join).filter(lambda t: t.strip() and "\x00" not in t)
+SPEAKERS = st.sampled_from(["Maya", "sam", "A b", "Z", "ü", "東京", "1x", "'s", "(x)", "-", "😀", "x\ty", "/x", "/"])
+ENCODINGS = st.sampled_from(["cl100k_base", "o200k_base"])
+
+
+class WholePacker(Packer):
+    """The packer as it was: every body counted whole."""
+
+    def count_appended(self, line, known=None):
+        return self.tokenizer.count(self._body_with(line))
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns=st.lists(st.tuples(SPEAKERS, st.one_of(ODD, spaced, texts), st.sampled_from(["", "1 May 2023", "2 May 2023"]),
+                                st.booleans()), min_size=1, max_size=40),
+       page_tokens=st.sampled_from([48, 64, 128, 256]), encoding=ENCODINGS)
+def test_a_packer_counting_from_the_end_seals_the_pages_of_one_counting_whole(turns, page_tokens, encoding):
+    """Packer.count_appended recounts only the body's end (and takes a line's own count when given):
+    after every turn the open body's count is its exact whole count, and every sealed page is the one
+    a packer counting every body whole seals, tokens included."""
+    tokenizer = get_tokenizer(encoding)
+    fast, whole = Packer("s", tokenizer, page_tokens), WholePacker("s", tokenizer, page_tokens)
+    for n, (speaker, text, date, known) in enumerate(turns, 1):
+        turn = Turn("s", n, speaker, text, date=date)
+        line_tokens = tokenizer.count(f"{speaker}: {text}") if known else None
+        assert fast.add(turn, line_tokens=line_tokens) == whole.add(turn)
+        body = "\n".join(p.line for p in fast.pieces)
+        assert fast.body_tokens == whole.body_tokens == tokenizer.count(body), repr(body)
+    if fast.pieces:
+        assert fast.seal() == whole.seal()
+
+
+@settings(max_examples=600, deadline=None)
+@given(body=st.lists(st.one_of(ODD, spaced), min_size=1, max_size=3), line=st.one_of(ODD, spaced), head=SPEAKERS,
+       encoding=ENCODINGS)
+@example(body=["we saw x!"], line="hi", head="/x", encoding="o200k_base")   # o200k's "!\n/" is one pre-token
+@example(body=["so it goes."], line="a", head="//x", encoding="o200k_base")
+def test_a_body_with_a_line_counts_as_its_end_plus_the_line(body, line, head, encoding):
+    """The sums count_appended makes, on any text: the body's count less its end's, plus the end with
+    the newline and the line (or, for a line starting with an ASCII letter, the end with the newline
+    plus the line's own count) is the whole body's count."""
+    tokenizer = get_tokenizer(encoding)
+    packer = Packer("s", tokenizer, 10_000)
+    for i, text in enumerate(body, 1):
+        packer.add(Turn("s", i, "Maya", text))
+    line = f"{head}: {line}"
+    whole = tokenizer.count("\n".join(p.line for p in packer.pieces) + "\n" + line)
+    assert packer.count_appended(line) == whole
+    assert packer.count_appended(line, tokenizer.count(line)) == whole
+
+
+QUOTING = ["From p12: “", "from p3 (9 May 2023): “", "Also from p7: “", "Sam: From p1: “", ". From p2", "rom p", "From p",
+           "(offline memory shell", "?", "x", " ", "\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(QUOTING + PIECES), min_size=1, max_size=12).map("".join))
+def test_a_piece_kind_is_that_of_the_quote_pattern_alone(text):
+    """piece_kind looks for "rom p" before it runs the quote pattern: the kind is the pattern's."""
+    from pager.search import _QUOTES_PAGE, PLAIN, QUESTION, QUOTE, SHELL_NOTE, piece_kind
+
+    plain = QUOTE if _QUOTES_PAGE.search(text) or SHELL_NOTE in text else QUESTION if "?" in text else PLAIN
+    assert piece_kind(text) == plain
+
+
+def test_a_page_table_snapshot_holds_its_state_fields_in_order():
+    """PageTable.snapshot reads the fields directly: the values of STATE_FIELDS, in that order."""
+    from pager.page_table import Entry, PageTable
+
+    table = PageTable()
+    table[3] = Entry(3, tokens=9, resident=True, frame=2, pinned=True, referenced=True, last_use=7, use_count=4,
+                     fault_count=2, relevance=0.5)
+    table[4] = Entry(4)
+    assert table.snapshot() == {"3": [getattr(table[3], f) for f in PageTable.STATE_FIELDS]}
+    assert table.snapshot(every=True)["4"] == [getattr(table[4], f) for f in PageTable.STATE_FIELDS]
