@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -120,18 +121,46 @@ def echoes(words, query_words, names=frozenset()) -> bool:
     return (shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)) or (shared >= 2 and len(own ^ wanted) <= 1)
 
 
-@dataclass
 class Hit:
-    """One ranked page and why: the fused score and each signal's share."""
+    """One ranked page and why: the fused score and each signal's share.
 
-    n: int
-    score: float
-    signals: dict[str, float] = field(default_factory=dict)
-    piece: int = -1     # index of the best piece on the page
+    A search explains its hits only when asked (`signals`, read by the trace's search event, the
+    CLI and the search tool): automatic paging reads the scores alone, and building ~50 hits'
+    explanations was a tenth of its search. The explanation is made from the search's own arrays,
+    so it is the same whenever it is read."""
+
+    __slots__ = ("n", "score", "piece", "_signals", "_explain")
+
+    def __init__(self, n: int, score: float, signals: dict[str, float] | None = None, piece: int = -1,
+                 explain: Callable[[], dict[str, float]] | None = None) -> None:
+        self.n, self.score, self.piece = n, score, piece   # piece: index of the best piece on the page
+        self._signals = signals if signals is not None or explain is not None else {}
+        self._explain = explain
+
+    @property
+    def signals(self) -> dict[str, float]:
+        if self._signals is None:
+            self._signals = self._explain() if self._explain is not None else {}
+            self._explain = None
+        return self._signals
+
+    @signals.setter
+    def signals(self, value: dict[str, float]) -> None:
+        self._signals, self._explain = value, None
 
     @property
     def id(self) -> str:
         return f"p{self.n}"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Hit):
+            return NotImplemented
+        return (self.n, self.score, self.signals, self.piece) == (other.n, other.score, other.signals, other.piece)
+
+    __hash__ = None  # type: ignore[assignment]   # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"Hit(n={self.n!r}, score={self.score!r}, signals={self.signals!r}, piece={self.piece!r})"
 
 
 class BM25:
@@ -139,7 +168,10 @@ class BM25:
 
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
-        self.postings: dict[str, tuple[list[int], list[int]]] = {}
+        # word → (documents, term frequencies) as typed arrays: read into numpy by a copy of their buffer,
+        # where a list of ints costs ~50x more (~0.5 ms for a word of 7K pieces: a search after many pages
+        # were added made ~30 such conversions)
+        self.postings: dict[str, tuple[array, array]] = {}
         self.lengths: list[int] = []
         self.total = 0
         self._arrays: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
@@ -163,7 +195,7 @@ class BM25:
         for word, tf in Counter(words).items():
             posting = postings.get(word)
             if posting is None:
-                posting = postings[word] = ([], [])
+                posting = postings[word] = (array("q"), array("f"))
             posting[0].append(doc)
             posting[1].append(tf)
         return doc
@@ -282,7 +314,7 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 5  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 6  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
@@ -645,14 +677,40 @@ class Index:
             return []
         top_pages = top_k(score, k)
         top_pages = top_pages[np.isfinite(score[top_pages])]
-        # the first best piece of each page; then every signal read at those pieces at once
+        # the first best piece of each page; its explanation is made when first read (Hit.signals)
         pieces = self._first_best(fused, starts[top_pages], ends[top_pages], page_max[top_pages])
-        names = list(signals)
-        values = np.stack([signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
-        kinds, echoed = arrays["kind"][pieces].tolist(), arrays["echoed"]
-        hits = []
-        for j, (n, total, shared, marked) in enumerate(zip(numbers[top_pages].tolist(), score[top_pages].tolist(),
-                                                           episode[top_pages].tolist(), marks[top_pages].tolist())):
+        top = numbers[top_pages].tolist()
+        explain = _Explanations(signals, top, pieces, arrays, episode[top_pages], marks[top_pages], boosts)
+        hits = [Hit(n, round(total, 4), None, piece, explain.maker(j))
+                for j, (n, total, piece) in enumerate(zip(top, score[top_pages].tolist(), pieces))]
+        hits.sort(key=lambda h: (-h.score, -h.n))
+        return hits
+
+
+class _Explanations:
+    """The per-signal explanations of one search's hits, all made at once when the first is read:
+    each signal's value at the hit's best piece (rounded, those above 0), the echo mark, the page's
+    episode share, bookmark match and boost. Holds the search's arrays (none is changed after it)."""
+
+    def __init__(self, signals: dict[str, np.ndarray], numbers: list[int], pieces: list[int], arrays: dict,
+                 episode: np.ndarray, marks: np.ndarray, boosts: dict[int, float]) -> None:
+        self.signals, self.numbers, self.pieces = dict(signals), numbers, pieces
+        self.episode, self.marks = episode, marks
+        self.kind, self.echoed = arrays["kind"], arrays["echoed"]   # this search's echoes (a set made per _demote)
+        self.boosts = dict(boosts)
+        self.made: list[dict[str, float]] | None = None
+
+    def maker(self, j: int) -> Callable[[], dict[str, float]]:
+        return lambda: self.all()[j]
+
+    def all(self) -> list[dict[str, float]]:
+        if self.made is not None:
+            return self.made
+        pieces, names = self.pieces, list(self.signals)
+        values = np.stack([self.signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
+        kinds, echoed = self.kind[pieces].tolist(), self.echoed
+        self.made = []
+        for j, (shared, marked) in enumerate(zip(self.episode.tolist(), self.marks.tolist())):
             piece = pieces[j]
             parts = {name: round(v, 4) for name, v in zip(names, values[j]) if v > 0}
             if kinds[j] == QUOTE or piece in echoed:
@@ -661,11 +719,10 @@ class Index:
                 parts["episode"] = round(shared, 4)
             if marked > 0:
                 parts["bookmark"] = round(marked, 4)
-            if n in boosts:
-                parts["boost"] = round(boosts[n], 4)
-            hits.append(Hit(n, round(total, 4), parts, piece))
-        hits.sort(key=lambda h: (-h.score, -h.n))
-        return hits
+            if self.numbers[j] in self.boosts:
+                parts["boost"] = round(self.boosts[self.numbers[j]], 4)
+            self.made.append(parts)
+        return self.made
 
 # -- dates in queries --------------------------------------------------------------------------------------
 _MONTH = {m: i + 1 for i, m in enumerate(MONTHS[:12])} | {m[:3]: i + 1 for i, m in enumerate(MONTHS[:12])} | {"sept": 9}

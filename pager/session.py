@@ -925,8 +925,9 @@ class Session:
                                  self.clock(), boosts, {"recency": recency} if recency else None, depth)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
-        if record:
-            self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
+        if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)
+            self.events.emit_with("search", lambda: {"query": query, "results": [
+                {"page": h.id, "score": h.score, **h.signals} for h in hits]})
         return hits
 
     def _tail_hit(self, query: str) -> Hit | None:

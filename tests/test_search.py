@@ -283,3 +283,26 @@ def test_page_best_is_the_maximum_of_each_pages_pieces():
         arrays = {"starts": starts}
         for _ in range(2):   # made, then kept
             assert np.array_equal(Index(4)._page_best(fused, arrays), np.maximum.reduceat(fused, starts)), seed
+
+
+def test_an_explanation_read_late_is_the_one_its_search_made(tmp_path):
+    """Hit.signals is made when first read, from the search's own arrays: read after later searches
+    (other queries, echoes, boosts, pages added in between), it equals the one read at once."""
+    from pager.config import Config
+    from pager.home import memory_home
+
+    s = memory_home(Config(home=tmp_path, embedder="hash")).open("late")
+    for i in range(120):
+        s.append(f"sp{i % 3}", f"note {i}: the amber shelf holds box {i * 7}; did sp{(i + 1) % 3} ask about the garden?")
+    queries = ["what did sp1 say about the amber shelf?", "the garden box", "did sp2 ask about the garden?"]
+    late, eager = [], []
+    for depth in (4, 30):
+        for q in queries:
+            hits = s.index.search(q, s.home.embedder, s.directory, 30, boosts={3: 0.25}, depth=depth)
+            late.append(hits)
+            eager.append([dict(h.signals) for h in s.index.search(q, s.home.embedder, s.directory, 30,
+                                                                  boosts={3: 0.25}, depth=depth)])
+    s.append("sp0", "a last note about the amber shelf and the garden")   # the index grows before the late reads
+    s.search("amber")
+    assert [[h.signals for h in hits] for hits in late] == eager
+    assert any(h.signals.get("boost") for hits in late for h in hits)
