@@ -31,6 +31,7 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
+        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, block, tokens)
         self._map_count: tuple[str, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
@@ -46,6 +47,25 @@ class Renderer:
         if hide_turn and all(t == hide_turn for t, _, _ in page.spans):
             return None
         return page.text
+
+    def block(self, n: int, separator: str, hide_turn: int = 0) -> tuple[str, int] | None:
+        """Page n's block (header, newline, body) and its tokens with the separator after it (None if
+        nothing of it is shown). A sealed page's block is kept while its header's bookmarks are the same:
+        its body and date never change, so a page shown again costs a lookup."""
+        if n != self.s.tail_n and not hide_turn:
+            keywords = tuple(self.s.directory.keywords(n)[:4])
+            held = self._blocks.get(n)
+            if held is not None and held[0] == keywords and held[1] == separator:
+                return held[2], held[3]
+        body = self.body(n, hide_turn)
+        if body is None:
+            return None
+        header = self.header(n)
+        block = header + "\n" + body
+        cost = self.block_tokens(n, header, block, separator)
+        if n != self.s.tail_n and not hide_turn:
+            self._blocks[n] = (keywords, separator, block, cost)
+        return block, cost
 
     def page_dates(self, n: int) -> str:
         """The date a page starts on (the open tail's first turn for the tail)."""
