@@ -448,12 +448,13 @@ class Index:
             signals["recency"] = np.exp2((arrays["page"] - self._last_page) / self.RECENCY_HALF_LIFE)
         if weights["importance"] > 0:
             signals["importance"] = arrays["importance"]
-        fused = self._demote(self._fuse(signals, weights), query_terms)
+        parts: dict = {}
+        fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         if deep:
             added = self._feedback(fused, weighted)
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
-                fused = self._demote(self._fuse(signals, weights), query_terms)
+                fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         self.scored = fused   # every piece's score for this query: facts rank by the pieces they came from
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
 
@@ -478,12 +479,19 @@ class Index:
         return found
 
     @staticmethod
-    def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float], parts: dict | None = None) -> np.ndarray:
+        """Each signal scaled to its maximum, weighted and summed in order. `parts` keeps each signal's
+        share for a second fusion of the same search, where only BM25 changed (feedback)."""
         fused = np.zeros(len(next(iter(signals.values()))), dtype=np.float32)
         for name, values in signals.items():
-            top = float(values.max())
-            if top > 0:
-                fused += weights[name] * values / top
+            held = parts.get(name) if parts is not None else None
+            if held is None or held[0] is not values:
+                top = float(values.max())
+                held = (values, weights[name] * values / top if top > 0 else None)
+                if parts is not None:
+                    parts[name] = held
+            if held[1] is not None:
+                fused += held[1]
         return fused
 
     def _demote(self, fused: np.ndarray, query_terms: list[str], pool: int = 64) -> np.ndarray:
@@ -637,9 +645,13 @@ class Index:
     def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
         """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
         pages, weights = bookmark_hits
-        at = np.searchsorted(numbers, pages)
-        found = at < len(numbers)
-        found[found] = numbers[at[found]] == pages[found]
+        if len(numbers) and numbers[-1] - numbers[0] == len(numbers) - 1:   # no page missing: a page's place is its offset
+            at = pages - numbers[0]
+            found = (at >= 0) & (at < len(numbers))
+        else:
+            at = np.searchsorted(numbers, pages)
+            found = at < len(numbers)
+            found[found] = numbers[at[found]] == pages[found]
         return np.bincount(at[found], weights=weights[found], minlength=len(numbers))
 
     @staticmethod

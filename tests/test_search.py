@@ -311,3 +311,26 @@ def test_an_explanation_read_late_is_the_one_its_search_made(tmp_path):
     s.search("amber")
     assert [[h.signals for h in hits] for hits in late] == eager
     assert any(h.signals.get("boost") for hits in late for h in hits)
+
+
+def test_bookmark_marks_per_page_with_and_without_gaps():
+    """Index._marks sums each indexed page's bookmark matches: by offset when the page numbers run
+    without a gap, by search otherwise; both equal a plain per-page sum (pages not indexed ignored)."""
+    import numpy as np
+
+    from pager.search import Index
+
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        first = int(rng.integers(1, 50))
+        numbers = np.arange(first, first + int(rng.integers(1, 400)), dtype=np.int64)
+        if seed % 2:
+            numbers = numbers[rng.random(len(numbers)) < 0.7] if len(numbers) > 1 else numbers
+        pages = rng.integers(0, first + 450, int(rng.integers(0, 300))).astype(np.int64)
+        weights = rng.random(len(pages))
+        where = {n: i for i, n in enumerate(numbers.tolist())}
+        expected = np.zeros(len(numbers))
+        for n, w in zip(pages.tolist(), weights.tolist()):
+            if n in where:
+                expected[where[n]] += w
+        assert np.allclose(Index._marks((pages, weights), numbers), expected), seed
