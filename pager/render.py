@@ -64,6 +64,8 @@ class Renderer:
         block = header + "\n" + body
         cost = self.block_tokens(n, header, block, separator)
         if n != self.s.tail_n and not hide_turn:
+            if len(self._blocks) >= 4096:   # bounded: the pages shown of late are the ones shown again
+                self._blocks.clear()
             self._blocks[n] = (keywords, separator, block, cost)
         return block, cost
 
