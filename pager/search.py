@@ -292,6 +292,12 @@ class Vocabulary:
         self._pending: list[str] = []
         self.grew = False   # embeddings were added since the index was last saved
 
+    def __getstate__(self) -> dict:
+        """Pickled (inside the index cache) without the words embedded for queries: they are this process's."""
+        state = dict(self.__dict__)
+        state.pop("_outside", None)
+        return state
+
     def add(self, text: str) -> None:
         for word in set(_WORD.findall(text.lower())):
             if word not in self.index and word not in STOPWORDS and len(self.index) < self.limit:
@@ -308,9 +314,14 @@ class Vocabulary:
             return []
         # a word of the session's own is embedded already: its row is the same vector
         known = [self.index.get(w, -1) for w in words]
-        unknown = [w for w, row in zip(words, known) if row < 0]
-        fresh = iter(embedder.embed(unknown)) if unknown else iter(())
-        queried = np.stack([self._matrix[row] if row >= 0 else next(fresh) for row in known])
+        # a word the session never said is embedded once per process: queries repeat their words ("say")
+        outside = getattr(self, "_outside", None)
+        if outside is None or outside[0] is not embedder or len(outside[1]) > 4096:
+            outside = self._outside = (embedder, {})
+        unknown = [w for w, row in zip(words, known) if row < 0 and w not in outside[1]]
+        if unknown:
+            outside[1].update(zip(unknown, embedder.embed(unknown)))
+        queried = np.stack([self._matrix[row] if row >= 0 else outside[1][w] for w, row in zip(words, known)])
         sims = [similarities(self._matrix, row) for row in queried]
         out: list[str] = []
         for row in sims:

@@ -334,3 +334,34 @@ def test_bookmark_marks_per_page_with_and_without_gaps():
             if n in where:
                 expected[where[n]] += w
         assert np.allclose(Index._marks((pages, weights), numbers), expected), seed
+
+
+def test_query_words_the_session_never_said_are_embedded_once(tmp_path):
+    """Vocabulary.expand keeps the vectors of query words outside the session's vocabulary (the same
+    vectors: a text embeds alone as in a batch); the expansion is the one embedding them again gives,
+    and the kept vectors are not pickled with the index."""
+    import pickle
+
+    from pager.embed import HashEmbedder
+    from pager.search import Vocabulary
+
+    class Counting(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts):
+            Counting.calls += len(texts)
+            return super().embed(texts)
+
+    embedder = Counting(64)
+    vocabulary = Vocabulary(64)
+    for i in range(50):
+        vocabulary.add(f"the amber shelf holds box {i} and a garden hose, said speaker {i % 4}")
+    words = ["amber", "zebra", "garden", "quokka"]
+    first = vocabulary.expand(words, embedder, threshold=0.1)
+    calls = Counting.calls
+    again = vocabulary.expand(["quokka", "amber", "zebra"], embedder, threshold=0.1)
+    assert Counting.calls == calls   # nothing new to embed
+    fresh = pickle.loads(pickle.dumps(vocabulary))
+    assert not hasattr(fresh, "_outside")
+    assert again == fresh.expand(["quokka", "amber", "zebra"], embedder, threshold=0.1)
+    assert first == fresh.expand(words, embedder, threshold=0.1)
