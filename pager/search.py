@@ -691,10 +691,8 @@ class Index:
         position = arrays["position"]
         marks = self._marks(bookmark_hits, numbers)   # per page, as score is
         top_mark = self._top_mark(bookmark_hits)
-        if top_mark > 0:
-            marked = marks > 0
-            score[marked] = (score[marked].astype(np.float64) + weights["bookmark"] * marks[marked] / top_mark
-                             ).astype(score.dtype)
+        if top_mark > 0:   # every page at once: a page without a match adds 0.0, which changes no score (all >= 0)
+            score = (score.astype(np.float64) + weights["bookmark"] * marks / top_mark).astype(score.dtype)
         for n, value in boosts.items():
             if n in position:
                 score[position[n]] += value
