@@ -88,11 +88,11 @@ def size_frames(session: Session, message: str = "", prefix: str = "", scratch_t
     open tail: with the tail alone in view nothing could be answered from memory."""
     cfg = session.home.config
     budget = budget or cfg.budget
-    count = session.tokenizer.count
+    count = session.render.line_tokens   # the prefix is the same turn after turn: its count is cached
     fixed = 0
     if chat:
         fixed = (count(prefix) + count(SEPARATOR) if prefix else 0) + MESSAGE_OVERHEAD + REPLY_PRIMING
-        fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
+        fixed += (session.render.message_tokens(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
     memory_budget = budget - fixed
     floor = min(cfg.map_reserve, MAP_FLOOR)
     two_frames = memory_budget - 2 * session.page_tokens
@@ -621,7 +621,6 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
     the separator), as the fact slabs and the summaries are while they are packed.
     """
-    count = session.tokenizer.count
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
     blocks: list[str] = ([state] if state else []) + ([summaries] if summaries else []) + list(slabs or [])
@@ -637,8 +636,9 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
         blocks.append(made[0])
         costs.append(made[1])
     memory_map = render_map(session, map_reserve, [h.n for h in hits])
-    prefix_tokens = count(prefix) if prefix else 0
-    message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
+    counted = session.render.line_tokens   # as size_frames counted them
+    prefix_tokens = counted(prefix) if prefix else 0
+    message_part = (session.render.message_tokens(message) + MESSAGE_OVERHEAD) if message else 0
 
     map_tokens = session.render.count_map(memory_map)   # render_map has just counted it, most often
 
@@ -650,7 +650,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     def total(memory: int) -> int:
         if not chat:
             return memory
-        system = count(prefix + SEPARATOR) + memory if prefix else memory
+        system = counted(prefix + SEPARATOR) + memory if prefix else memory
         return MESSAGE_OVERHEAD + system + message_part + REPLY_PRIMING + scratch_tokens
 
     memory = memory_tokens()

@@ -33,6 +33,7 @@ class Renderer:
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, block, tokens)
         self._map_count: tuple[str, int] | None = None
+        self._message_count: tuple[str, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
@@ -225,6 +226,13 @@ class Renderer:
                 self._line_costs.clear()
             cost = self._line_costs[line] = self.s.tokenizer.count(line)
         return cost
+
+    def message_tokens(self, message: str) -> int:
+        """Tokens of the current message: sizing the frames and assembly both count it; the last is kept."""
+        held = self._message_count
+        if held is None or held[0] != message:
+            held = self._message_count = (message, self.s.tokenizer.count(message))
+        return held[1]
 
     def list_tokens(self, title: str, lines: list[str], separator: str) -> int:
         """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block)
