@@ -30,9 +30,10 @@ class Frames:
         except ValueError:
             return None
 
-    def place(self, entry: Entry) -> int:
-        slot = self.free_slot()
-        assert slot is not None, "make_room before place"
+    def place(self, entry: Entry, slot: int | None = None) -> int:
+        """Put the page in `slot`, which must be the first free one (the caller just found it), or find it."""
+        slot = self.free_slot() if slot is None else slot
+        assert slot is not None and self.slots[slot] is None, "make_room before place"
         self.slots[slot] = entry.n
         entry.resident, entry.frame = True, slot
         return slot

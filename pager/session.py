@@ -492,9 +492,10 @@ class Session:
             self.counters["hits"] += 1
             self.emit("hit", page=page_id(n), reason=reason)
             return False
-        if self.frames.free_slot() is None:   # automatic paging made room for its whole batch already
+        slot = self.frames.free_slot()
+        if slot is None:   # (automatic paging made room for its whole batch already)
             self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
-        self.frames.place(entry)
+        self.frames.place(entry, slot)
         entry.fault_count += 1
         self._use(entry)
         self.counters["faults"] += 1
