@@ -17,7 +17,6 @@ rather than send an over-budget prompt.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import weakref
@@ -89,11 +88,11 @@ def size_frames(session: Session, message: str = "", prefix: str = "", scratch_t
     open tail: with the tail alone in view nothing could be answered from memory."""
     cfg = session.home.config
     budget = budget or cfg.budget
-    count = session.tokenizer.count
+    count = session.render.line_tokens   # the prefix is the same turn after turn: its count is cached
     fixed = 0
     if chat:
         fixed = (count(prefix) + count(SEPARATOR) if prefix else 0) + MESSAGE_OVERHEAD + REPLY_PRIMING
-        fixed += (count(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
+        fixed += (session.render.message_tokens(message) + MESSAGE_OVERHEAD if message else 0) + scratch_tokens
     memory_budget = budget - fixed
     floor = min(cfg.map_reserve, MAP_FLOOR)
     two_frames = memory_budget - 2 * session.page_tokens
@@ -661,7 +660,6 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
     the separator), as the fact slabs and the summaries are while they are packed.
     """
-    count = session.tokenizer.count
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
     blocks: list[str] = ([state] if state else []) + ([summaries] if summaries else []) + list(slabs or [])
@@ -670,16 +668,16 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
                         for block in blocks]   # the state block is the same turn after turn: its count is cached
     fixed = len(blocks)
     for n in session.resident():
-        body = session.render.body(n, hide_turn)
-        if body is None:
+        made = session.render.block(n, SEPARATOR, hide_turn)
+        if made is None:
             continue
         shown.append(n)
-        header = session.render.header(n)
-        blocks.append(header + "\n" + body)
-        costs.append(session.render.block_tokens(n, header, blocks[-1], SEPARATOR))
+        blocks.append(made[0])
+        costs.append(made[1])
     memory_map = render_map(session, map_reserve, [h.n for h in hits])
-    prefix_tokens = count(prefix) if prefix else 0
-    message_part = (count(message) + MESSAGE_OVERHEAD) if message else 0
+    counted = session.render.line_tokens   # as size_frames counted them
+    prefix_tokens = counted(prefix) if prefix else 0
+    message_part = (session.render.message_tokens(message) + MESSAGE_OVERHEAD) if message else 0
 
     map_tokens = session.render.count_map(memory_map)   # render_map has just counted it, most often
 
@@ -691,7 +689,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     def total(memory: int) -> int:
         if not chat:
             return memory
-        system = count(prefix + SEPARATOR) + memory if prefix else memory
+        system = counted(prefix + SEPARATOR) + memory if prefix else memory
         return MESSAGE_OVERHEAD + system + message_part + REPLY_PRIMING + scratch_tokens
 
     memory = memory_tokens()
@@ -705,7 +703,7 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
         costs.pop(fixed + victim)
         memory = memory_tokens()
         used = total(memory)
-    text = memory_map + "".join(SEPARATOR + block for block in blocks) + (SEPARATOR if blocks else "")
+    text = memory_map + SEPARATOR + SEPARATOR.join(blocks) + SEPARATOR if blocks else memory_map
     ctx = Context(prefix, text, message, shown, {}, session.frames.count, budget, dropped)
     state_tokens = costs[0] if state else 0
     summary_tokens = costs[1 if state else 0] if summaries else 0
@@ -802,23 +800,10 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
 
 
 def next_victims(session: Session, k: int) -> list[int]:
-    """The pages the policy would evict next, predicted on a copy (policies mutate their state)."""
-    policy = copy.deepcopy(session.policy)
-    table = {n: _clone(session.table[n]) for n in session.frames.slots if n is not None}
-    out: list[int] = []
-    for _ in range(k):
-        candidates = [e for n, e in table.items() if not e.pinned and n != session.tail_n and n not in out]
-        if not candidates:
-            break
-        out.append(policy.victim(candidates, session.tick).n)
-    return out
-
-
-def _clone(entry):
-    """A shallow copy of a page-table entry (copy.copy's generic path costs more than the prediction)."""
-    twin = object.__new__(type(entry))
-    twin.__dict__.update(entry.__dict__)
-    return twin
+    """The pages the policy would evict next (Policy.peek: nothing is changed)."""
+    table, tail = session.table, session.tail_n
+    candidates = [table[n] for n in session.frames.slots if n is not None and n != tail and not table[n].pinned]
+    return [e.n for e in session.policy.peek(candidates, session.tick, k)]
 
 
 ROLLING_MIN = 48   # the least room in the memory map worth a rolling summary

@@ -30,9 +30,10 @@ class Frames:
         except ValueError:
             return None
 
-    def place(self, entry: Entry) -> int:
-        slot = self.free_slot()
-        assert slot is not None, "make_room before place"
+    def place(self, entry: Entry, slot: int | None = None) -> int:
+        """Put the page in `slot`, which must be the first free one (the caller just found it), or find it."""
+        slot = self.free_slot() if slot is None else slot
+        assert slot is not None and self.slots[slot] is None, "make_room before place"
         self.slots[slot] = entry.n
         entry.resident, entry.frame = True, slot
         return slot
@@ -42,11 +43,11 @@ class Frames:
             self.slots[entry.frame] = None
         entry.resident, entry.frame, entry.referenced = False, -1, False
 
-    def candidates(self, protect: Collection[int]) -> list[Entry]:
+    def candidates(self, protect: Collection[int], keep: Collection[int] = ()) -> list[Entry]:
         return [
             self.table[n]
             for n in self.slots
-            if n is not None and n not in protect and not self.table[n].pinned
+            if n is not None and n not in protect and n not in keep and not self.table[n].pinned
         ]
 
     def make_room(self, protect: Collection[int], now: int, evict: Callable[[Entry], None], free: int = 1,
@@ -56,7 +57,9 @@ class Frames:
         missing = free - self.slots.count(None)
         if missing <= 0:
             return
-        victims = self.policy.victims(self.candidates(set(protect) | set(keep)), now, missing)
+        # `keep` is read, not copied: a session asked many questions without a turn between them (a
+        # benchmark) holds thousands of pages in use
+        victims = self.policy.victims(self.candidates(protect, keep), now, missing)
         if len(victims) < missing and keep:
             # among pages the current message uses, the least relevant go first
             taken = {e.n for e in victims}

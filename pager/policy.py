@@ -28,6 +28,10 @@ class Policy(Protocol):
 
     def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]: ...
 
+    def peek(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
+        """The pages victim() would pick in turn, each time among the candidates left, changing nothing."""
+        ...
+
 
 class _Ranked:
     """A policy that orders candidates by a key: the k victims are the k smallest."""
@@ -43,6 +47,9 @@ class _Ranked:
 
     def victims(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
         return sorted(candidates, key=lambda e: self.key(e, now))[:k]
+
+    def peek(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
+        return self.victims(candidates, now, k)   # keys end in the page number: the k smallest, in order
 
 
 class LRU(_Ranked):
@@ -99,6 +106,26 @@ class Clock:
             taken.append(entry)
             chosen.add(entry.n)
             self.hand = entry.frame + 1
+        return taken
+
+    def peek(self, candidates: Sequence[Entry], now: int, k: int) -> list[Entry]:
+        """victim() k times, as on copies of the entries and the hand: the bits it would clear are
+        remembered instead (the memory map's pressure notice asks this every turn)."""
+        ring = sorted(candidates, key=lambda e: e.frame)
+        hand, cleared, taken, chosen = self.hand, set(), [], set()
+        for _ in range(min(k, len(ring))):
+            left = [e for e in ring if e.n not in chosen]
+            at = next((i for i, e in enumerate(left) if e.frame >= hand), 0)
+            while True:
+                entry = left[at % len(left)]
+                at += 1
+                if entry.referenced and entry.n not in cleared:
+                    cleared.add(entry.n)
+                    continue
+                taken.append(entry)
+                chosen.add(entry.n)
+                hand = entry.frame + 1
+                break
         return taken
 
 

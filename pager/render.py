@@ -31,7 +31,10 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
+        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, header, tokens)
         self._map_count: tuple[str, int] | None = None
+        self._message_count: tuple[str, int] | None = None
+        self._fixed: tuple[int, int, int, int, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
@@ -46,6 +49,26 @@ class Renderer:
         if hide_turn and all(t == hide_turn for t, _, _ in page.spans):
             return None
         return page.text
+
+    def block(self, n: int, separator: str, hide_turn: int = 0) -> tuple[str, int] | None:
+        """Page n's block (header, newline, body) and its tokens with the separator after it (None if
+        nothing of it is shown). A sealed page's header and count are kept while its bookmarks are the
+        same (its body and date never change), so a page shown again costs a lookup and a join."""
+        sealed = n != self.s.tail_n and not hide_turn
+        if sealed:
+            keywords = tuple(self.s.directory.keywords(n)[:4])
+            held = self._blocks.get(n)
+            if held is not None and held[0] == keywords and held[1] == separator:
+                return held[2] + "\n" + self.s.pages[n].text, held[3]
+        body = self.body(n, hide_turn)
+        if body is None:
+            return None
+        header = self.header(n)
+        block = header + "\n" + body
+        cost = self.block_tokens(n, header, block, separator)
+        if sealed:
+            self._blocks[n] = (keywords, separator, header, cost)
+        return block, cost
 
     def page_dates(self, n: int) -> str:
         """The date a page starts on (the open tail's first turn for the tail)."""
@@ -80,18 +103,34 @@ class Renderer:
         """(how many bookmarks fit the header, -1 for not even its date; the tokens of that header with
         its newline), from the exact counts of its parts (_header_parts): adding a bookmark adds its
         parts' tokens, so the most that fit are found in one pass."""
-        part = self.line_tokens   # a header part's count, cached like a map line's
-        head = self._header_parts(n, date, (), "")
-        if head + part("]") > limit:
-            return -1, self._header_parts(n, "", (), "]\n")
+        opening, close, close_line, comma, marks = self._fixed_parts()
+        digits = self._digit_tokens(n)
+        head = opening + digits + (self.line_tokens(" · " + date) if date else 0)
+        if head + close > limit:
+            return -1, opening + digits + close_line
         fitted, cut = head, 0   # the header so far without its "]"
-        used = head + part(" · bookmarks:") - part(",")
+        used = head + marks - comma
         for keyword in keywords:
-            used += self._keyword_tokens(keyword) + part(",")
-            if used + part("]") > limit:
+            used += self._keyword_tokens(keyword) + comma
+            if used + close > limit:
                 break
             fitted, cut = used, cut + 1
-        return cut, fitted + part("]\n")
+        return cut, fitted + close_line
+
+    def _digit_tokens(self, n: int) -> int:
+        """Tokens of a page number's digits, in runs of three (each run a pre-token of its own)."""
+        digits = str(n)
+        if len(digits) <= 3:
+            return self.line_tokens(digits)
+        return sum(self.line_tokens(digits[i:i + 3]) for i in range(0, len(digits), 3))
+
+    def _fixed_parts(self) -> tuple[int, int, int, int, int]:
+        """The counts of the parts every header has ("[p", "]", "]\n", ",", " · bookmarks:"), once."""
+        held = self._fixed
+        if held is None:
+            part = self.line_tokens
+            held = self._fixed = (part("[p"), part("]"), part("]\n"), part(","), part(" · bookmarks:"))
+        return held
 
     def _fit_counted(self, base: str, keywords: tuple[str, ...], limit: int) -> int:
         """How many bookmarks fit the header (-1 for not even its date), by counting whole headers."""
@@ -133,8 +172,7 @@ class Renderer:
         bookmarks end in an ASCII letter or digit (_parts_exact); a property test holds the sum
         against the whole count."""
         part = self.line_tokens   # a header part's count, cached like a map line's
-        digits = str(n)
-        cost = part("[p") + sum(part(digits[i:i + 3]) for i in range(0, len(digits), 3)) + (part(end) if end else 0)
+        cost = part("[p") + self._digit_tokens(n) + (part(end) if end else 0)
         if date:
             cost += part(" · " + date)
         if keywords:
@@ -203,6 +241,13 @@ class Renderer:
                 self._line_costs.clear()
             cost = self._line_costs[line] = self.s.tokenizer.count(line)
         return cost
+
+    def message_tokens(self, message: str) -> int:
+        """Tokens of the current message: sizing the frames and assembly both count it; the last is kept."""
+        held = self._message_count
+        if held is None or held[0] != message:
+            held = self._message_count = (message, self.s.tokenizer.count(message))
+        return held[1]
 
     def list_tokens(self, title: str, lines: list[str], separator: str) -> int:
         """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block)

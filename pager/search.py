@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -121,18 +122,46 @@ def echoes(words, query_words, names=frozenset()) -> bool:
     return (shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)) or (shared >= 2 and len(own ^ wanted) <= 1)
 
 
-@dataclass
 class Hit:
-    """One ranked page and why: the fused score and each signal's share."""
+    """One ranked page and why: the fused score and each signal's share.
 
-    n: int
-    score: float
-    signals: dict[str, float] = field(default_factory=dict)
-    piece: int = -1     # index of the best piece on the page
+    A search explains its hits only when asked (`signals`, read by the trace's search event, the
+    CLI and the search tool): automatic paging reads the scores alone, and building ~50 hits'
+    explanations was a tenth of its search. The explanation is made from the search's own arrays,
+    so it is the same whenever it is read."""
+
+    __slots__ = ("n", "score", "piece", "_signals", "_explain")
+
+    def __init__(self, n: int, score: float, signals: dict[str, float] | None = None, piece: int = -1,
+                 explain: Callable[[], dict[str, float]] | None = None) -> None:
+        self.n, self.score, self.piece = n, score, piece   # piece: index of the best piece on the page
+        self._signals = signals if signals is not None or explain is not None else {}
+        self._explain = explain
+
+    @property
+    def signals(self) -> dict[str, float]:
+        if self._signals is None:
+            self._signals = self._explain() if self._explain is not None else {}
+            self._explain = None
+        return self._signals
+
+    @signals.setter
+    def signals(self, value: dict[str, float]) -> None:
+        self._signals, self._explain = value, None
 
     @property
     def id(self) -> str:
         return f"p{self.n}"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Hit):
+            return NotImplemented
+        return (self.n, self.score, self.signals, self.piece) == (other.n, other.score, other.signals, other.piece)
+
+    __hash__ = None  # type: ignore[assignment]   # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"Hit(n={self.n!r}, score={self.score!r}, signals={self.signals!r}, piece={self.piece!r})"
 
 
 class BM25:
@@ -140,7 +169,10 @@ class BM25:
 
     def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
-        self.postings: dict[str, tuple[list[int], list[int]]] = {}
+        # word → (documents, term frequencies) as typed arrays: read into numpy by a copy of their buffer,
+        # where a list of ints costs ~50x more (~0.5 ms for a word of 7K pieces: a search after many pages
+        # were added made ~30 such conversions)
+        self.postings: dict[str, tuple[array, array]] = {}
         self.lengths: list[int] = []
         self.total = 0
         self._arrays: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
@@ -164,7 +196,7 @@ class BM25:
         for word, tf in Counter(words).items():
             posting = postings.get(word)
             if posting is None:
-                posting = postings[word] = ([], [])
+                posting = postings[word] = (array("q"), array("f"))
             posting[0].append(doc)
             posting[1].append(tf)
         return doc
@@ -218,22 +250,23 @@ def similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
 
 
 def top_k(values: np.ndarray, k: int) -> np.ndarray:
-    """The indices argpartition(-values, k - 1)[:k] selects (every index if k covers them all): the
-    same set; in argpartition's order, or the largest first where the shortcut below applies.
+    """The indices of the k largest values (every index if k covers them all), largest first and the
+    lower index first among equals; when values equal to the k-th largest are left out (a tie at the
+    cut), the selection and order argpartition(-values, k - 1)[:k] makes, as before.
 
     argpartition walks all the values several times (~0.3 ms at 25K pieces on this machine, and a
-    search made five such selections). Here the k-th largest of the maxima of small blocks is a floor
+    search made five such selections). Here the k-th largest of the maxima of small groups is a floor
     for the k-th largest value (k values are at least that), so only the values at or above it, a few
-    hundred, are ranked. When no other value equals the k-th largest, those k are the only possible
-    selection; when one does (a tie at the cut), the choice among equals is argpartition's own, so it
-    is asked, as before."""
+    hundred, are ranked. A group is every `blocks`-th value (values[j::blocks]): their maxima are one
+    contiguous pass over the values, where the maxima of runs of neighbours were a reduction per run,
+    13x slower. Any grouping gives a floor; the result does not depend on it."""
     n = len(values)
     if k >= n:
         return np.arange(n)
     size = max(4, min(64, n // (4 * k)))
     blocks = n // size
     if k < blocks:
-        maxima = values[: blocks * size].reshape(blocks, size).max(axis=1)
+        maxima = values[: blocks * size].reshape(size, blocks).max(axis=0)
         floor = np.partition(maxima, blocks - k)[blocks - k]
         candidates = np.flatnonzero(values >= floor)
         if len(candidates) <= 8 * k + 1024:
@@ -241,7 +274,12 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
             order = np.lexsort((candidates, -ranked))
             if len(order) == k or ranked[order[k]] < ranked[order[k - 1]]:
                 return candidates[order[:k]]
-    return np.argpartition(-values, k - 1)[:k]
+            return np.argpartition(-values, k - 1)[:k]   # a tie at the cut
+    chosen = np.argpartition(-values, k - 1)[:k]
+    ranked = values[chosen]
+    if np.count_nonzero(values >= ranked.min()) > k:   # a tie at the cut (or no order: NaN)
+        return chosen
+    return chosen[np.lexsort((chosen, -ranked))]
 
 
 class Vocabulary:
@@ -254,6 +292,12 @@ class Vocabulary:
         self._matrix = np.zeros((0, dim), dtype=np.float32)
         self._pending: list[str] = []
         self.grew = False   # embeddings were added since the index was last saved
+
+    def __getstate__(self) -> dict:
+        """Pickled (inside the index cache) without the words embedded for queries: they are this process's."""
+        state = dict(self.__dict__)
+        state.pop("_outside", None)
+        return state
 
     def add(self, text: str) -> None:
         for word in set(_WORD.findall(text.lower())):
@@ -271,9 +315,14 @@ class Vocabulary:
             return []
         # a word of the session's own is embedded already: its row is the same vector
         known = [self.index.get(w, -1) for w in words]
-        unknown = [w for w, row in zip(words, known) if row < 0]
-        fresh = iter(embedder.embed(unknown)) if unknown else iter(())
-        queried = np.stack([self._matrix[row] if row >= 0 else next(fresh) for row in known])
+        # a word the session never said is embedded once per process: queries repeat their words ("say")
+        outside = getattr(self, "_outside", None)
+        if outside is None or outside[0] is not embedder or len(outside[1]) > 4096:
+            outside = self._outside = (embedder, {})
+        unknown = [w for w, row in zip(words, known) if row < 0 and w not in outside[1]]
+        if unknown:
+            outside[1].update(zip(unknown, embedder.embed(unknown)))
+        queried = np.stack([self._matrix[row] if row >= 0 else outside[1][w] for w, row in zip(words, known)])
         sims = [similarities(self._matrix, row) for row in queried]
         out: list[str] = []
         for row in sims:
@@ -283,7 +332,7 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 5  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 6  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
@@ -411,12 +460,13 @@ class Index:
             signals["recency"] = np.exp2((arrays["page"] - self._last_page) / self.RECENCY_HALF_LIFE)
         if weights["importance"] > 0:
             signals["importance"] = arrays["importance"]
-        fused = self._demote(self._fuse(signals, weights), query_terms)
+        parts: dict = {}
+        fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         if deep:
             added = self._feedback(fused, weighted)
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
-                fused = self._demote(self._fuse(signals, weights), query_terms)
+                fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         self.scored = fused   # every piece's score for this query: facts rank by the pieces they came from
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
 
@@ -441,12 +491,19 @@ class Index:
         return found
 
     @staticmethod
-    def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+    def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float], parts: dict | None = None) -> np.ndarray:
+        """Each signal scaled to its maximum, weighted and summed in order. `parts` keeps each signal's
+        share for a second fusion of the same search, where only BM25 changed (feedback)."""
         fused = np.zeros(len(next(iter(signals.values()))), dtype=np.float32)
         for name, values in signals.items():
-            top = float(values.max())
-            if top > 0:
-                fused += weights[name] * values / top
+            held = parts.get(name) if parts is not None else None
+            if held is None or held[0] is not values:
+                top = float(values.max())
+                held = (values, weights[name] * values / top if top > 0 else None)
+                if parts is not None:
+                    parts[name] = held
+            if held[1] is not None:
+                fused += held[1]
         return fused
 
     def _demote(self, fused: np.ndarray, query_terms: list[str], pool: int = 64) -> np.ndarray:
@@ -600,9 +657,13 @@ class Index:
     def _marks(bookmark_hits: tuple[np.ndarray, np.ndarray], numbers: np.ndarray) -> np.ndarray:
         """The bookmark matches (Directory.matches) summed per indexed page, in `numbers` order."""
         pages, weights = bookmark_hits
-        at = np.searchsorted(numbers, pages)
-        found = at < len(numbers)
-        found[found] = numbers[at[found]] == pages[found]
+        if len(numbers) and numbers[-1] - numbers[0] == len(numbers) - 1:   # no page missing: a page's place is its offset
+            at = pages - numbers[0]
+            found = (at >= 0) & (at < len(numbers))
+        else:
+            at = np.searchsorted(numbers, pages)
+            found = at < len(numbers)
+            found[found] = numbers[at[found]] == pages[found]
         return np.bincount(at[found], weights=weights[found], minlength=len(numbers))
 
     @staticmethod
@@ -631,10 +692,8 @@ class Index:
         position = arrays["position"]
         marks = self._marks(bookmark_hits, numbers)   # per page, as score is
         top_mark = self._top_mark(bookmark_hits)
-        if top_mark > 0:
-            marked = marks > 0
-            score[marked] = (score[marked].astype(np.float64) + weights["bookmark"] * marks[marked] / top_mark
-                             ).astype(score.dtype)
+        if top_mark > 0:   # every page at once: a page without a match adds 0.0, which changes no score (all >= 0)
+            score = (score.astype(np.float64) + weights["bookmark"] * marks / top_mark).astype(score.dtype)
         for n, value in boosts.items():
             if n in position:
                 score[position[n]] += value
@@ -646,14 +705,40 @@ class Index:
             return []
         top_pages = top_k(score, k)
         top_pages = top_pages[np.isfinite(score[top_pages])]
-        # the first best piece of each page; then every signal read at those pieces at once
+        # the first best piece of each page; its explanation is made when first read (Hit.signals)
         pieces = self._first_best(fused, starts[top_pages], ends[top_pages], page_max[top_pages])
-        names = list(signals)
-        values = np.stack([signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
-        kinds, echoed = arrays["kind"][pieces].tolist(), arrays["echoed"]
-        hits = []
-        for j, (n, total, shared, marked) in enumerate(zip(numbers[top_pages].tolist(), score[top_pages].tolist(),
-                                                           episode[top_pages].tolist(), marks[top_pages].tolist())):
+        top = numbers[top_pages].tolist()
+        explain = _Explanations(signals, top, pieces, arrays, episode[top_pages], marks[top_pages], boosts)
+        hits = [Hit(n, round(total, 4), None, piece, explain.maker(j))
+                for j, (n, total, piece) in enumerate(zip(top, score[top_pages].tolist(), pieces))]
+        hits.sort(key=lambda h: (-h.score, -h.n))
+        return hits
+
+
+class _Explanations:
+    """The per-signal explanations of one search's hits, all made at once when the first is read:
+    each signal's value at the hit's best piece (rounded, those above 0), the echo mark, the page's
+    episode share, bookmark match and boost. Holds the search's arrays (none is changed after it)."""
+
+    def __init__(self, signals: dict[str, np.ndarray], numbers: list[int], pieces: list[int], arrays: dict,
+                 episode: np.ndarray, marks: np.ndarray, boosts: dict[int, float]) -> None:
+        self.signals, self.numbers, self.pieces = dict(signals), numbers, pieces
+        self.episode, self.marks = episode, marks
+        self.kind, self.echoed = arrays["kind"], arrays["echoed"]   # this search's echoes (a set made per _demote)
+        self.boosts = dict(boosts)
+        self.made: list[dict[str, float]] | None = None
+
+    def maker(self, j: int) -> Callable[[], dict[str, float]]:
+        return lambda: self.all()[j]
+
+    def all(self) -> list[dict[str, float]]:
+        if self.made is not None:
+            return self.made
+        pieces, names = self.pieces, list(self.signals)
+        values = np.stack([self.signals[name][pieces] for name in names], axis=1).tolist() if pieces else []
+        kinds, echoed = self.kind[pieces].tolist(), self.echoed
+        self.made = []
+        for j, (shared, marked) in enumerate(zip(self.episode.tolist(), self.marks.tolist())):
             piece = pieces[j]
             parts = {name: round(v, 4) for name, v in zip(names, values[j]) if v > 0}
             if kinds[j] == QUOTE or piece in echoed:
@@ -662,11 +747,10 @@ class Index:
                 parts["episode"] = round(shared, 4)
             if marked > 0:
                 parts["bookmark"] = round(marked, 4)
-            if n in boosts:
-                parts["boost"] = round(boosts[n], 4)
-            hits.append(Hit(n, round(total, 4), parts, piece))
-        hits.sort(key=lambda h: (-h.score, -h.n))
-        return hits
+            if self.numbers[j] in self.boosts:
+                parts["boost"] = round(self.boosts[self.numbers[j]], 4)
+            self.made.append(parts)
+        return self.made
 
 # -- dates in queries --------------------------------------------------------------------------------------
 _MONTH = {m: i + 1 for i, m in enumerate(MONTHS[:12])} | {m[:3]: i + 1 for i, m in enumerate(MONTHS[:12])} | {"sept": 9}

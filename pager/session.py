@@ -509,9 +509,10 @@ class Session:
             self.counters["hits"] += 1
             self.emit("hit", page=page_id(n), reason=reason)
             return False
-        if self.frames.free_slot() is None:   # automatic paging made room for its whole batch already
+        slot = self.frames.free_slot()
+        if slot is None:   # (automatic paging made room for its whole batch already)
             self.frames.make_room({self.tail_n, n, *protect}, self.tick, self._evict, keep=self.in_use)
-        self.frames.place(entry)
+        self.frames.place(entry, slot)
         entry.fault_count += 1
         self._use(entry)
         self.counters["faults"] += 1
@@ -942,8 +943,9 @@ class Session:
                                  self.clock(), boosts, {"recency": recency} if recency else None, depth)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
-        if record:
-            self.emit("search", query=query, results=[{"page": h.id, "score": h.score, **h.signals} for h in hits])
+        if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)
+            self.events.emit_with("search", lambda: {"query": query, "results": [
+                {"page": h.id, "score": h.score, **h.signals} for h in hits]})
         return hits
 
     def _tail_hit(self, query: str) -> Hit | None:

@@ -55,6 +55,13 @@ class Events:
             listener(event)
         return event
 
+    def emit_with(self, kind: str, data: Callable[[], dict]) -> Event | None:
+        """emit(kind, **data()), with data made only when someone listens."""
+        if not self.listeners:
+            self.seq += 1
+            return None
+        return self.emit(kind, **data())
+
 
 class TraceWriter:
     """Appends events to a JSONL file, one line each, flushed as written.

@@ -98,3 +98,31 @@ def test_scored_keeps_important_relevant_pages():
 def test_unknown_policy_names_the_choices():
     with pytest.raises(ConfigError, match="clock, lru, lfu, scored"):
         make_policy("fifo")
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_CLASSES))
+def test_peek_is_victim_in_turn_on_copies(name):
+    """Policy.peek(candidates, now, k) names the pages that victim() called k times (each time among
+    the candidates left) would take from copies of the entries and the policy, and changes nothing."""
+    import copy
+    import random
+
+    for seed in range(300):
+        rng = random.Random(seed)
+        policy = make_policy(name)
+        if isinstance(policy, Clock):
+            policy.hand = rng.randrange(12)
+        entries = [Entry(i, resident=True, frame=f, last_use=rng.randrange(6), use_count=rng.randrange(3),
+                         referenced=rng.random() < 0.6, importance=rng.random(), relevance=rng.choice([0.0, 0.5]))
+                   for i, f in enumerate(rng.sample(range(12), rng.randrange(1, 12)), start=1)]
+        k = rng.randrange(1, 5)
+        twin, copies = copy.deepcopy(policy), [copy.copy(e) for e in entries]
+        expected: list[int] = []
+        for _ in range(k):
+            left = [e for e in copies if e.n not in expected]
+            if not left:
+                break
+            expected.append(twin.victim(left, 7).n)
+        before = [copy.copy(e) for e in entries], getattr(policy, "hand", None)
+        assert [e.n for e in policy.peek(entries, 7, k)] == expected, seed
+        assert (entries, getattr(policy, "hand", None)) == before, seed

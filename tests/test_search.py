@@ -258,11 +258,16 @@ def test_top_k_selects_what_argpartition_selects():
             values = np.round(values * 5).astype(np.float32)   # ties everywhere, at the cut too
         elif seed % 4 == 3:
             values[rng.random(n) < 0.1] = -np.inf
+        if seed % 8 == 7:
+            values = np.sort(values)   # the largest values all in one run of neighbours
         got = top_k(values, k)
         if k >= n:
             assert sorted(got.tolist()) == list(range(n)), seed
             continue
         assert sorted(got.tolist()) == sorted(np.argpartition(-values, k - 1)[:k].tolist()), seed
+        kth = np.sort(values)[n - k]
+        if np.count_nonzero(values >= kth) == k:   # no tie at the cut: largest first, the lower index among equals
+            assert got.tolist() == sorted(got.tolist(), key=lambda i: (-values[i], i)), seed
 
 
 def test_page_best_is_the_maximum_of_each_pages_pieces():
@@ -283,3 +288,80 @@ def test_page_best_is_the_maximum_of_each_pages_pieces():
         arrays = {"starts": starts}
         for _ in range(2):   # made, then kept
             assert np.array_equal(Index(4)._page_best(fused, arrays), np.maximum.reduceat(fused, starts)), seed
+
+
+def test_an_explanation_read_late_is_the_one_its_search_made(tmp_path):
+    """Hit.signals is made when first read, from the search's own arrays: read after later searches
+    (other queries, echoes, boosts, pages added in between), it equals the one read at once."""
+    from pager.config import Config
+    from pager.home import memory_home
+
+    s = memory_home(Config(home=tmp_path, embedder="hash")).open("late")
+    for i in range(120):
+        s.append(f"sp{i % 3}", f"note {i}: the amber shelf holds box {i * 7}; did sp{(i + 1) % 3} ask about the garden?")
+    queries = ["what did sp1 say about the amber shelf?", "the garden box", "did sp2 ask about the garden?"]
+    late, eager = [], []
+    for depth in (4, 30):
+        for q in queries:
+            hits = s.index.search(q, s.home.embedder, s.directory, 30, boosts={3: 0.25}, depth=depth)
+            late.append(hits)
+            eager.append([dict(h.signals) for h in s.index.search(q, s.home.embedder, s.directory, 30,
+                                                                  boosts={3: 0.25}, depth=depth)])
+    s.append("sp0", "a last note about the amber shelf and the garden")   # the index grows before the late reads
+    s.search("amber")
+    assert [[h.signals for h in hits] for hits in late] == eager
+    assert any(h.signals.get("boost") for hits in late for h in hits)
+
+
+def test_bookmark_marks_per_page_with_and_without_gaps():
+    """Index._marks sums each indexed page's bookmark matches: by offset when the page numbers run
+    without a gap, by search otherwise; both equal a plain per-page sum (pages not indexed ignored)."""
+    import numpy as np
+
+    from pager.search import Index
+
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        first = int(rng.integers(1, 50))
+        numbers = np.arange(first, first + int(rng.integers(1, 400)), dtype=np.int64)
+        if seed % 2:
+            numbers = numbers[rng.random(len(numbers)) < 0.7] if len(numbers) > 1 else numbers
+        pages = rng.integers(0, first + 450, int(rng.integers(0, 300))).astype(np.int64)
+        weights = rng.random(len(pages))
+        where = {n: i for i, n in enumerate(numbers.tolist())}
+        expected = np.zeros(len(numbers))
+        for n, w in zip(pages.tolist(), weights.tolist()):
+            if n in where:
+                expected[where[n]] += w
+        assert np.allclose(Index._marks((pages, weights), numbers), expected), seed
+
+
+def test_query_words_the_session_never_said_are_embedded_once(tmp_path):
+    """Vocabulary.expand keeps the vectors of query words outside the session's vocabulary (the same
+    vectors: a text embeds alone as in a batch); the expansion is the one embedding them again gives,
+    and the kept vectors are not pickled with the index."""
+    import pickle
+
+    from pager.embed import HashEmbedder
+    from pager.search import Vocabulary
+
+    class Counting(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts):
+            Counting.calls += len(texts)
+            return super().embed(texts)
+
+    embedder = Counting(64)
+    vocabulary = Vocabulary(64)
+    for i in range(50):
+        vocabulary.add(f"the amber shelf holds box {i} and a garden hose, said speaker {i % 4}")
+    words = ["amber", "zebra", "garden", "quokka"]
+    first = vocabulary.expand(words, embedder, threshold=0.1)
+    calls = Counting.calls
+    again = vocabulary.expand(["quokka", "amber", "zebra"], embedder, threshold=0.1)
+    assert Counting.calls == calls   # nothing new to embed
+    fresh = pickle.loads(pickle.dumps(vocabulary))
+    assert not hasattr(fresh, "_outside")
+    assert again == fresh.expand(["quokka", "amber", "zebra"], embedder, threshold=0.1)
+    assert first == fresh.expand(words, embedder, threshold=0.1)

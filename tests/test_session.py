@@ -129,3 +129,19 @@ def test_memory_pressure_tells_the_model_what_goes_next(mem_home):
     table, hand = s.table.snapshot(), s.policy.hand
     assert next_victims(s, 2) == upcoming
     assert s.table.snapshot() == table and s.policy.hand == hand
+
+
+def test_a_page_shown_again_shows_its_new_bookmarks(mem_home):
+    """A page's block is kept between turns only while its bookmarks are the same: a bookmark the
+    model adds to a resident page is in its header at the next assembly, and counted exactly."""
+    s = mem_home.open("a")
+    say(s, 80)
+    first = build(s, "anything about w3x1?", chat=False, budget=2048)
+    n = first.pages[0]
+    s.bookmark([n], ["zebra"])
+    again = build(s, "anything about w3x1?", chat=False, budget=2048)
+    assert n in again.pages
+    header = next(line for line in again.memory.split("\n") if line.startswith(f"[p{n} "))
+    assert "zebra" in header and header == s.render.header(n)
+    for ctx in (first, again):
+        assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory)
