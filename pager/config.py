@@ -56,6 +56,9 @@ AWS_ENV = {
 # the short system prompt, a memory map and a message (pager.agent.minimum_budget computes it from
 # the prompt files; a test holds the two equal).
 CHAT_FLOOR = 178
+# the largest context window a model has (10M tokens): a budget past it fits no model, and each frame
+# of it is a slot in memory (a budget of 10^11 asked for 20 GB before the chat could lower it)
+MOST_BUDGET = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,10 @@ class Config:
                 f"({self.page_tokens} tokens each) and a message; {smaller}raise the budget (--budget where the "
                 f"command has it, or PAGER_BUDGET) to at least {2 * self.page_tokens + CHAT_FLOOR}"
             )
+        if self.budget > MOST_BUDGET:
+            raise ConfigError(f"budget {self.budget} is larger than any model's context window; use at most "
+                              f"{MOST_BUDGET} (--budget where the command has it, or PAGER_BUDGET): a chat lowers "
+                              "a budget to fit its model by itself")
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")
         if not 0 <= self.fact_share < 1:

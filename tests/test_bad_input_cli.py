@@ -88,3 +88,12 @@ def test_a_utf8_bom_is_accepted(tmp_path):
     home = str(tmp_path / "h")
     result = runner.invoke(app, ["--home", home, "ingest", str(path), "--session", "s"], env=ENV)
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("command, env", [(["chat", "--budget", "99999999999"], {}),
+                                          (["chat"], {"PAGER_BUDGET": "99999999999"})])
+def test_a_budget_larger_than_any_model_is_refused_before_frames_are_made(tmp_path, command, env):
+    """A budget of 10^11 tokens made a frame table of ~780M slots (20 GB, then an Arrow capacity
+    traceback) before the chat could lower it to the model's window."""
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), *command], env={**ENV, **env}, input="/quit\n")
+    _one_line(result, 2, "larger than any model's context window", "at most 10000000")
