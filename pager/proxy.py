@@ -11,7 +11,9 @@ and stay out of the chain and out of memory.
 The request's last message must be the user's: it is the question the agent loop answers,
 with the memory tools run server-side (the client sees their calls in the `pager` field
 of the reply). A question the session already answered (a client retrying a call whose
-reply it lost) gets the recorded reply, without calling the model again.
+reply it lost) gets the recorded reply, without calling the model again. A question sent alone
+that the session holds already is a retry only right after itself; later, the same words are a
+new question (`newest_only_key`).
 
 Client-defined tools (`tools`) pass through: the model is offered them with pager's, and
 when it calls one the reply carries those calls (`finish_reason: "tool_calls"`), pager's
@@ -269,6 +271,24 @@ def recorded_reply(s, question: str) -> str | None:
     return None
 
 
+def newest_only_key(s, question: Message) -> str:
+    """The key of a question sent alone (a client sending the whole conversation sends its first message
+    so; a client that lets pager keep the conversation sends every message so). Its key from an empty
+    conversation, unless the session holds that key already: then the same words right after themselves
+    are a retry (with the model's reply after them: that reply, recorded; without one: asked again, kept
+    once), and anywhere else a new question, keyed after the session's last turn. Keyed from the empty
+    conversation every time, a question asked again after memory changed got its first answer back."""
+    if s.held(question.key) is None:
+        return question.key
+    from .summaries import session_turns
+
+    last = session_turns(s, after=max(0, s.turn_count - 2))
+    asked = [t for t in last if t.role == "user" and t.text == question.text and t.key]
+    if asked and (asked[-1] is last[-1] or (len(last) == 2 and asked[-1] is last[0] and last[1].role == "assistant")):
+        return asked[-1].key
+    return chain(last[-1].key if last and last[-1].key else f"turn {s.turn_count}", "user", question.text)
+
+
 def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float) -> dict:
     """One chat turn, on a worker thread with the session's lock and the engine lock held
     (`queued`: the perf_counter when the request asked for them)."""
@@ -278,7 +298,7 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     started = time.perf_counter()
     s = engine.open(tenant, req.session)
     s.sync()
-    key = req.question.key
+    key = req.question.key if req.earlier or req.resume else newest_only_key(s, req.question)
     if not req.resume and (text := recorded_reply(s, key)) is not None:
         return {"reply": Reply(text, 0), "appended": 0, "faulted": [], "turns": s.turn_count, "recorded": True,
                 "timing": {"engine_ms": round((time.perf_counter() - started) * 1000, 2), "model_ms": 0.0,

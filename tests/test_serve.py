@@ -220,6 +220,39 @@ def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_serve
     assert third.choices[0].message.content == "answer number 2" and turns_of(open_server, "retry") == 4
 
 
+def test_a_client_sending_only_its_newest_message_asks_again_after_memory_changed(open_server):
+    """A client that lets pager keep the conversation sends each message alone. The same question
+    asked after the answer changed is a new question (the offline shell quotes the new page), kept as
+    a turn; sent again right after its reply (a lost reply), it is the recorded one."""
+    from pager.llm import register
+
+    calls: list[int] = []
+
+    def counting(messages, tools):
+        calls.append(1)
+        return {"content": f"answer number {len(calls)}"}
+
+    register("counting-alone", counting)
+    client = open_server.openai()
+
+    def ask(text, model="offline"):
+        return client.chat.completions.create(model=model, user="alone", messages=[{"role": "user", "content": text}])
+
+    ask("Where is the offsite?")
+    ask("The offsite is in Porto.")
+    again = ask("Where is the offsite?")
+    assert again.model_extra["pager"]["recorded"] is False and "Porto" in again.choices[0].message.content
+    assert turns_of(open_server, "alone") == 6
+    retry = ask("Where is the offsite?")   # right after its reply: the client lost it
+    assert retry.model_extra["pager"]["recorded"] is True and retry.choices[0].message.content == again.choices[0].message.content
+    assert turns_of(open_server, "alone") == 6
+    first = ask("Pick a number.", "pager/counting-alone")
+    ask("Something else.")
+    later = ask("Pick a number.", "pager/counting-alone")
+    assert (first.choices[0].message.content, later.choices[0].message.content) == ("answer number 1", "answer number 2")
+    assert turns_of(open_server, "alone") == 12
+
+
 def test_a_question_whose_model_failed_is_answered_on_retry_and_kept_once(open_server):
     from pager.llm import register
 
