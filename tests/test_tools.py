@@ -244,3 +244,15 @@ def test_the_readme_agent_loop_runs(tmp_path, monkeypatch):
     answer = ask("What is the wifi password at the cabin?", model="pager/offline")
     assert "moose-lake-42" in answer
     memory.close()
+
+
+def test_no_tool_makes_a_session_whose_name_serve_could_not_reach(tmp_path):
+    """`pager mcp --session a/b`: remember was refused, but state_set and pin made the session 'a/b'
+    (a journal op, not a turn). Every first write of a new session now checks its name."""
+    kit = Toolkit(config=Config(home=tmp_path / "h", session="a/b", embedder="hash", budget=2048))
+    try:
+        for name, args in (("state_set", {"key": "order", "value": "A-1"}), ("remember", {"text": "hello"})):
+            assert 'must not contain "/"' in str(kit.call(name, args)), name
+        assert kit.home.store.sessions() == [] and kit.session.turn_count == 0
+    finally:
+        kit.close()
