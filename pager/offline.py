@@ -66,9 +66,10 @@ class OfflineShell:
         scored = []
         for body in _STATE.findall(system):  # the current values: ahead of a page saying the same words
             for line in body.strip().splitlines():
-                overlap = len(wanted & set(terms(line)))
-                if overlap and not line.startswith("- ("):
-                    scored.append((overlap + 0.5, "the state", "", line[2:].strip()))
+                key, _, value = line[2:].partition(": ")
+                if line.startswith("- (") or not _asks_for(wanted, key, value):
+                    continue
+                scored.append((len(wanted & set(terms(line))) + 0.5, "the state", "", line[2:].strip()))
         for page, date, body in _BLOCK.findall(system):
             bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():
@@ -92,6 +93,13 @@ class OfflineShell:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
         return text[0].upper() + text[1:]
+
+
+def _asks_for(wanted: set[str], key: str, value: str) -> bool:
+    """Whether a question asks for this state key: it names every word of the key ("my dog's name" for
+    `dog's name`, not "my cat's name"), or names the value itself."""
+    words = set(terms(key))
+    return bool(words) and words <= wanted or bool(wanted & set(terms(value)))
 
 
 def _worth_reading(result: str, question: str) -> str:

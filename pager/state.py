@@ -141,6 +141,9 @@ _HEDGES = re.compile(r"\b(not|maybe|might|perhaps|probably|think|thinks|guess|if
                      r"going to|will be|would|could|should|isn't|aren't|wasn't)\b", re.I)
 _NOT_VALUES = re.compile(r"(called|named|going|getting|coming|doing|being|looking|feeling|trying|working|so|too|very)\b",
                          re.I)  # "the boat is called X", "my week is going well": a story, not a value
+# "Biscuit and she is a beagle", "12 Main St, and I moved in May": the value ends where a clause of its own
+# starts (a conjunction and a pronoun); "Simon and Garfunkel" stays whole
+_CLAUSE = re.compile(r"\s*,?\s+(?:and|but|so|because)\s+(?:i|i'm|i've|we|you|he|she|it|they|it's|she's|he's|that)\b", re.I)
 _NOT_KEYS = {"it", "this", "that", "he", "she", "they", "what", "which", "who", "here", "there", "note", "ps",
              "re", "fwd", "http", "https", "question", "answer", "update", "todo"}
 
@@ -160,7 +163,7 @@ def parse_statements(text: str) -> list[tuple[str, str]]:
             m = pattern.match(line)
             if not m:
                 continue
-            key, value = normal_key(m.group(1)), m.group(2).strip().rstrip(".!").strip()
+            key, value = normal_key(m.group(1)), _CLAUSE.split(m.group(2), 1)[0].strip().rstrip(".!,;").strip()
             if (not key or key.split()[0] in _NOT_KEYS or len(key.split()) > 4 or not value or len(value.split()) > 12
                     or _NOT_VALUES.match(value)):
                 break

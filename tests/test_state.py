@@ -140,6 +140,9 @@ def test_inspect_json_has_the_state(tmp_path):
     ("Note: call the bank", []),
     ("We moved the meeting to Friday because the room was taken", []),
     ("my favourite thing about the trip was the food", []),
+    ("My dog's name is Biscuit and she is a beagle.", [("dog's name", "Biscuit")]),
+    ("My address is 12 Main St, and I moved in in May", [("address", "12 Main St")]),
+    ("My favourite band is Simon and Garfunkel", [("favourite band", "Simon and Garfunkel")]),
 ])
 def test_the_offline_parser_takes_only_plain_statements(text, expected):
     assert parse_statements(text) == expected
@@ -175,3 +178,17 @@ def test_the_offline_shell_keeps_stated_values_and_answers_from_the_state_and_it
                                   "re: lunch tomorrow"])
 def test_labelled_lines_that_are_not_values_state_nothing(text):
     assert parse_statements(text) == []
+
+
+def test_the_offline_shell_answers_from_the_state_only_for_the_key_asked():
+    """"What is my cat's name?" shares "name" with the key `dog's name`: the state does not answer it
+    (it named the dog's name as the cat's); the key's own words, or its value, do."""
+    from pager.offline import OfflineShell
+
+    system = "[state · 2 keys]\n- dog's name: Biscuit (p1, 1 Dec 2026)\n- flight number: LH 402 (p2, 1 Dec 2026)\n"
+    shell = OfflineShell()
+    assert "the state" not in shell.answer("What is my cat's name?", system)
+    assert "the state" not in shell.answer("What is my passport number?", system)
+    assert shell.answer("What is my dog's name?", system).startswith("From the state: “dog's name: Biscuit")
+    assert shell.answer("Who is Biscuit?", system).startswith("From the state: “dog's name: Biscuit")
+    assert shell.answer("Which flight number do I have?", system).startswith("From the state: “flight number")
