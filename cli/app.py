@@ -47,11 +47,21 @@ def command(*args, **kwargs):
     return register
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from pager import __version__
+
+        typer.echo(f"pager {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
     home: Optional[Path] = typer.Option(None, "--home", help="data folder (default $PAGER_HOME or ~/.pager)"),
     db: Optional[str] = typer.Option(None, "--db", help="LanceDB URI (default $PAGER_DB or <home>/db); s3://… works"),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                 help="print pager's version and exit"),
 ) -> None:
     ctx.obj = {"home": home, "db": db}
 
@@ -242,7 +252,7 @@ def inspect(
     ctx: typer.Context,
     session: Optional[str] = typer.Option(None, "--session", "-s"),
     json_out: bool = typer.Option(False, "--json", help="one JSON object for scripts"),
-    pages: int = typer.Option(40, "--pages", help="page-table rows to show"),
+    pages: int = typer.Option(40, "--pages", min=0, help="page-table rows to show"),
 ) -> None:
     """Page table, frames and bookmarks of a session."""
     import json
@@ -518,7 +528,7 @@ app.add_typer(trace_app, name="trace")
 @handles_errors
 def trace_show(
     trace: Path = typer.Argument(..., help="a trace (JSONL)"),
-    step: Optional[int] = typer.Option(None, "--step", help="show the context of the N-th model call"),
+    step: Optional[int] = typer.Option(None, "--step", min=1, help="show the context of the N-th model call (from 1)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML timeline here"),
 ) -> None:
     """The context window as the model saw it, or a timeline of faults and evictions."""

@@ -60,8 +60,8 @@ class StepPrinter:
             self.faulted.append(d["page"])
         elif kind == "evict":
             self.evicted.append(d["page"])
-        elif kind == "pin":
-            self.console.print(f"  [magenta]pinned {escape(str(d['page']))}[/]", highlight=False)
+        elif kind in ("pin", "unpin"):
+            self.console.print(f"  [magenta]{kind}ned {escape(str(d['page']))}[/]", highlight=False)
         elif kind == "model_request":
             self.totals.append(d["tokens"]["total"])
             excerpts = f", {len(d['excerpts'])} excerpt(s) of turns {', '.join(map(str, d['excerpts'][:6]))}" if d.get("excerpts") else ""
@@ -261,8 +261,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                 console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")
                 return None
             n = session.resolve(arg)
-            session.pin(n) if name == "/pin" else session.unpin(n)
-            console.print(f"{name[1:]}ned p{n}")
+            session.pin(n) if name == "/pin" else session.unpin(n)   # the step printer says it, from the event
         else:
             console.print(f"unknown command {escape(name)}; /help lists them", highlight=False)
     except PagerError as exc:

@@ -97,3 +97,21 @@ def test_a_budget_larger_than_any_model_is_refused_before_frames_are_made(tmp_pa
     traceback) before the chat could lower it to the model's window."""
     result = runner.invoke(app, ["--home", str(tmp_path / "h"), *command], env={**ENV, **env}, input="/quit\n")
     _one_line(result, 2, "larger than any model's context window", "at most 10000000")
+
+
+def test_version_and_out_of_range_counts(tmp_path):
+    from pager import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"pager {__version__}"
+    trace = str(next((__import__("conftest").ROOT / "traces").glob("*.jsonl")))
+    _one_line(runner.invoke(app, ["trace", "show", trace, "--step", "0"]), 2, "--step")   # said "fewer than 0 model calls"
+    _one_line(runner.invoke(app, ["--home", str(tmp_path / "h"), "inspect", "--pages", "-1"], env=ENV), 2, "--pages")
+
+
+def test_a_pin_is_said_once(tmp_path):
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "x", "--budget", "1024"], env=ENV,
+                           input="hello there\n/pin p1\n/unpin p1\n/quit\n")
+    assert result.exit_code == 0, result.output
+    said = [line.strip() for line in result.output.splitlines() if line.strip().endswith("pinned p1")]
+    assert said == ["pinned p1", "unpinned p1"], result.output   # "pinned p1" was said twice, "unpinned" by the REPL only
