@@ -27,6 +27,7 @@ _RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
 _RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)[^\n]*?\): ([^\n]*)$", re.M)
 _BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|old|changed?)\b", re.I)
 _HISTORY = re.compile(r"^state [^\n]*; before: [^\n]*", re.M)
+_FACT = re.compile(r"^- (f\d+) \(([^)]*)\): ([^\n]+)$", re.M)
 _STATE = re.compile(r"^\[state\b[^\n]*\n((?:- [^\n]*(?:\n|$))*)", re.M)
 
 
@@ -70,6 +71,16 @@ class OfflineShell:
                 if line.startswith("- (") or not _asks_for(wanted, key, value):
                     continue
                 scored.append((len(wanted & set(terms(line))) + 0.5, "the state", "", line[2:].strip()))
+        past = bool(_BEFORE.search(question))
+        for fact, when, text in _FACT.findall(system):   # facts the context shows: short statements of their own
+            changed = "superseded by" in when or "ended by" in when
+            if changed and not past:
+                continue   # a value that changed answers only a question about the past, and comes first there
+            have = set(terms(text))
+            overlap = len(wanted & have)
+            if overlap:
+                scored.append((overlap / (1 + 0.05 * len(have)) + (0.3 if changed else 0.1), f"fact {fact}", when,
+                               text.strip()))
         for page, date, body in _BLOCK.findall(system):
             bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():

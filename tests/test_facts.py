@@ -219,3 +219,18 @@ def test_best_first_is_the_stable_argsort_without_sorting_everything():
         scores = rng.integers(0, 4, n).astype(np.float64) if trial % 2 else rng.random(n).astype(np.float32)
         scores[rng.integers(0, n, n // 3)] = 0.0   # ties, at the cut too
         assert best_first(scores, k).tolist() == np.argsort(-scores, kind="stable")[:k].tolist(), f"seed {seed}"
+
+
+def test_the_offline_shell_quotes_a_fact_the_context_shows_and_a_superseded_one_only_for_the_past():
+    """The shell quoted pages and the state, never the fact slabs: a fact whose page is on disk, shown
+    in the context, went unanswered."""
+    from pager.offline import OfflineShell
+
+    system = ("[facts]\n- f2 (3 Mar 2025 → 9 May 2025, superseded by f7, p4): Ana lives in Paris, near the Gare du Nord.\n"
+              "- f7 (9 May 2025, p31): Ana lives in Berlin, in Kreuzberg.\n\n"
+              "[p12 · 1 April 2025]\nAna: The weather in spring is lovely where Ana lives.\n")
+    shell = OfflineShell()
+    now = shell.answer("Where does Ana live?", system)
+    assert now.startswith("From fact f7 (9 May 2025, p31): “Ana lives in Berlin") and "Paris" not in now, now
+    before = shell.answer("Where did Ana live before?", system)
+    assert "f2" in before and "Paris" in before, before
