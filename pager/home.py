@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pager")
 
 
+CACHED_FROM = 1   # pages a session needs before its index and snapshot are cached at close (was 200: a
+# small session then paid LanceDB's import, ~2.5 s, on every `pager search` to save a cache of a few KB)
+
+
 @dataclass
 class SessionLock:
     """A session's lock file, held with flock by the one process appending to it: "last_turn
@@ -244,7 +248,7 @@ class Home:
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
-        if (len(s.index) == s.index_saved and not s.index.vocabulary.grew) or len(s.index) < 200:
+        if (len(s.index) == s.index_saved and not s.index.vocabulary.grew) or len(s.index) < CACHED_FROM:
             return
         path = self._cache_path(s)
         try:
@@ -270,7 +274,7 @@ class Home:
         if isinstance(s.source, Snapshot):
             return  # opened from one and only looked
         last, generation = self.read_counts(s)
-        if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < 200:
+        if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < CACHED_FROM:
             return  # turns of other processes not taken in, or an index not worth caching
         pages = [s.pages[n] for n in sorted(s.pages)]
         after = pages[-1].spans[-1][0] - 1
