@@ -121,7 +121,7 @@ class Home:
                 for sub in ("journal", "locks"):
                     (self.local / sub).mkdir(parents=True, exist_ok=True)
                 if self.local != self.path and not (self.local / "STORE").exists():
-                    (self.local / "STORE").write_text(config.db_uri + "\n")   # for a person: whose folder this is
+                    (self.local / "STORE").write_text(store_uri(config) + "\n")   # for a person: whose folder this is
             except OSError as exc:
                 raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
@@ -679,14 +679,18 @@ class Home:
 HOME_TAG = "-home"   # in the names of the home's own store's segments: one without it predates stores/
 
 
+def store_uri(config: Config) -> str:
+    """The config's store, one spelling per store: a local folder by its real path."""
+    uri = config.db_uri
+    return os.path.realpath(os.path.expanduser(uri.removeprefix("file://"))) if is_local(uri) else uri
+
+
 def store_folder(config: Config) -> Path:
     """Where the journal and locks of the config's store live: the home itself for its own store
     (<home>/db, however spelled), else stores/<digest of the store's URI>/."""
-    uri = config.db_uri
-    if is_local(uri):
-        uri = os.path.realpath(os.path.expanduser(uri.removeprefix("file://")))
-        if uri == os.path.realpath(config.home / "db"):
-            return config.home
+    uri = store_uri(config)
+    if uri == os.path.realpath(config.home / "db"):
+        return config.home
     return config.home / "stores" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 

@@ -199,7 +199,7 @@ class Journal:
     def __init__(self, folder: Path, fsync: bool = True, read_only: bool = False,
                  report: Callable[[str], None] | None = None, tag: str = "", lazy: bool = False) -> None:
         self.folder = Path(folder)
-        self.tag = tag   # in this pager's segment names, after the random part (Home.HOME_TAG)
+        self.tag = tag   # in this pager's segment names, after the random part (home.HOME_TAG)
         self.fsync = fsync
         self.read_only = read_only
         self.report = report or (lambda message: None)
