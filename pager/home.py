@@ -5,6 +5,8 @@
       journal/    one segment per live process, fsync'd before a turn is acknowledged;
                   damaged/ keeps recovered segments that had damaged records
       locks/      one file per session: flock for appends, holding "last_turn generation"
+      stores/<digest>/journal, locks
+                  the same two for each other store this home was used with (--db / PAGER_DB)
       traces/     one JSONL trace per session run and process
       cache/      search indexes and session snapshots; safe to delete
 
@@ -23,6 +25,14 @@ turns, pages, bookmarks, page-table states, meta (schema, migrations) and the le
 store. The lock files order the processes of this home; the lease (pager.lease) orders the
 homes: a session is written by one home at a time, and a home that just took a session's lease
 reads what another home flushed before it numbers a turn.
+
+Journal and locks belong to one store: they say which turns the store is about to hold and the
+last turn number it holds. The home's own store (<home>/db) keeps them where they always were, so
+an older home works as it did; any other store gets a folder of its own under stores/, named for
+the store, so one home used with two stores keeps two independent memories, and a dead process's
+journal is recovered only into the store it was written for. Segments an older pager left in
+journal/ do not say their store: the first process to find one recovers it, as that pager did.
+The caches are keyed by the store's URI already.
 """
 
 from __future__ import annotations
@@ -102,6 +112,7 @@ class Home:
         self.config = config
         self.clock = clock
         self.path = Path(config.home)
+        self.local = store_folder(config)   # the journal and locks of this store (see the module docstring)
         self.read_only = read_only
         self.warnings: list[str] = []
         self._warn = warn or log.warning
@@ -110,8 +121,11 @@ class Home:
                              "(or PAGER_HOME)")
         if not read_only:
             try:
-                for sub in ("journal", "locks", "traces"):
-                    (self.path / sub).mkdir(parents=True, exist_ok=True)
+                (self.path / "traces").mkdir(parents=True, exist_ok=True)
+                for sub in ("journal", "locks"):
+                    (self.local / sub).mkdir(parents=True, exist_ok=True)
+                if self.local != self.path and not (self.local / "STORE").exists():
+                    (self.local / "STORE").write_text(store_uri(config) + "\n")   # for a person: whose folder this is
             except OSError as exc:
                 raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
         self.tokenizer = tokenizer or get_tokenizer(config.encoding)
@@ -123,7 +137,8 @@ class Home:
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
-        self.journal = Journal(self.path / "journal", fsync=durable, read_only=read_only, report=self.warn)
+        self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
+                               tag="" if self.local != self.path else HOME_TAG)
         self.sessions: dict[tuple[str, str], "Session"] = {}
         self.flushes = 0
         self._closed = False
@@ -432,7 +447,7 @@ class Home:
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
         digest = hashlib.sha256(f"{user}\x00{session}".encode()).hexdigest()[:32]
-        return self.path / "locks" / f"{digest}.lock"
+        return self.local / "locks" / f"{digest}.lock"
 
     @contextmanager
     def session_lock(self, user: str, session: str) -> Iterator[SessionLock]:
@@ -547,9 +562,15 @@ class Home:
         with self._mutex:  # the mutex before any session lock, as everywhere
             for path, ops, damaged in self.journal.orphans():
                 count += self._recover_segment(path, ops, damaged)
+            if self.local != self.path:  # an older pager kept every store's journal in <home>/journal
+                older = Journal(self.path / "journal", self.journal.fsync, report=self.warn, lazy=True)
+                for path, ops, damaged in older.orphans(untagged=HOME_TAG):
+                    self.warn(f"the journal {path.name} of a dead process of an older pager, which did not record "
+                              f"its store, is recovered into {self.config.db_uri}")
+                    count += self._recover_segment(path, ops, damaged, older)
         return count
 
-    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool) -> int:
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool, journal: Journal | None = None) -> int:
         count = 0
         keys = sorted({(op["user"], op["session"]) for op in ops})
         try:
@@ -569,7 +590,7 @@ class Home:
                 lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
         self.flush()
         if damaged:
-            self.journal.set_aside(path)
+            (journal or self.journal).set_aside(path)
         else:
             path.unlink(missing_ok=True)
         return count
@@ -657,6 +678,24 @@ class Home:
             self.journal.close(remove=False)
             self.leases.stop()
             self._closed = True
+
+
+HOME_TAG = "-home"   # in the names of the home's own store's segments: one without it predates stores/
+
+
+def store_uri(config: Config) -> str:
+    """The config's store, one spelling per store: a local folder by its real path."""
+    uri = config.db_uri
+    return os.path.realpath(os.path.expanduser(uri.removeprefix("file://"))) if is_local(uri) else uri
+
+
+def store_folder(config: Config) -> Path:
+    """Where the journal and locks of the config's store live: the home itself for its own store
+    (<home>/db, however spelled), else stores/<digest of the store's URI>/."""
+    uri = store_uri(config)
+    if uri == os.path.realpath(config.home / "db"):
+        return config.home
+    return config.home / "stores" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
 def _vectors(early) -> dict:

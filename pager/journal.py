@@ -197,8 +197,9 @@ class Journal:
     """This process's segment, and the readers of everyone else's."""
 
     def __init__(self, folder: Path, fsync: bool = True, read_only: bool = False,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, tag: str = "", lazy: bool = False) -> None:
         self.folder = Path(folder)
+        self.tag = tag   # in this pager's segment names, after the random part (home.HOME_TAG)
         self.fsync = fsync
         self.read_only = read_only
         self.report = report or (lambda message: None)
@@ -208,7 +209,7 @@ class Journal:
         self.written = 0
         self._deferred = threading.local()   # a thread inside deferred(): its frames are fsync'd at the end
         self._fd_lock = threading.Lock()     # sync() from another thread never meets a segment being rotated
-        if read_only:
+        if read_only or lazy:
             return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -217,7 +218,7 @@ class Journal:
         self._open_segment()
 
     def _open_segment(self) -> None:
-        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}{SUFFIX}"
+        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}{self.tag}{SUFFIX}"
         hidden = self.folder / f".{name}.new"  # not matched by the readers' glob
         try:
             fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -329,12 +330,15 @@ class Journal:
                 self._reported.add(message)
                 self.report(f"journal damage: {message}; that record is skipped")
 
-    def orphans(self) -> Iterator[tuple[Path, list[dict], bool]]:
+    def orphans(self, untagged: str = "") -> Iterator[tuple[Path, list[dict], bool]]:
         """Segments of dead processes (path, ops, damaged?), each locked while the caller recovers it;
-        the caller removes it (or sets it aside if damaged) before the next one is offered."""
+        the caller removes it (or sets it aside if damaged) before the next one is offered. With
+        untagged, only the segments whose names lack that tag (an older pager's)."""
         if self.read_only:
             return
         for path in self.segments():
+            if untagged and path.stem.endswith(untagged):
+                continue
             try:
                 fd = os.open(path, os.O_RDWR)
             except OSError:
