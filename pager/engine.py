@@ -154,7 +154,7 @@ class Engine:
                              note=f"pager serve session {s.name!r}", flush_each=False)
         s.events.listeners.append(writer)
         self._traces[key] = (writer, budget)
-        begin(s, model, budget)
+        begin(s, model, budget, agent_per_message=True)   # take_turn makes an Agent per message
 
     def _end_trace(self, s: Session) -> None:
         writer, _ = self._traces.pop(s.key(), (None, 0))

@@ -106,30 +106,55 @@ class Run:
 
 
 class ReplayModel:
-    """Serves the recorded model replies in order."""
+    """Serves what each recorded model call came to, in order: its reply, or its failure raised again
+    (a `model_error` as ModelError, an `overflow` as ContextOverflow, with the recorded text), so the
+    agent fails, shrinks its budget and asks again as it did. Its window is the recording's budget
+    (`window`) plus its output tokens: the agent cuts the configured budget to what it had."""
 
     name = "pager/replay"
     output_tokens = 1024
     offline = True
 
-    def __init__(self, replies: list[dict]) -> None:
-        self.replies = list(replies)
+    def __init__(self, outcomes: list[dict], window: int = 10**9) -> None:
+        self.outcomes = list(outcomes)
         self.position = 0
+        self._window = window
 
     def window(self) -> int:
-        return 10**9
+        return self._window + self.output_tokens
 
     def check(self) -> None:
         pass
 
     def complete(self, messages, tools):
-        from .llm import ModelError, ModelReply
+        from .llm import ContextOverflow, ModelError, ModelReply
 
-        if self.position >= len(self.replies):
+        if self.position >= len(self.outcomes):
             raise ModelError("the trace has no more recorded model replies")
-        reply = self.replies[self.position]
+        outcome = self.outcomes[self.position]
         self.position += 1
-        return ModelReply(reply.get("text", ""), reply.get("tool_calls", []))
+        if outcome["kind"] == "model_error":
+            raise ModelError(outcome["error"])
+        if outcome["kind"] == "overflow":
+            raise ContextOverflow(outcome["error"])
+        return ModelReply(outcome.get("text", ""), outcome.get("tool_calls", []))
+
+
+def model_outcomes(recorded: list[dict]) -> list[dict]:
+    """What each of the recording's model calls came to: a `model_reply`, an `overflow`, or a
+    `model_error` right after its `model_request` (the agent's other failures, a prompt that no
+    longer fits, are recorded without a call)."""
+    out: list[dict] = []
+    before: dict = {}
+    for event in recorded:
+        if event["kind"] in INPUTS:
+            continue
+        if event["kind"] in ("model_reply", "overflow") or (
+                event["kind"] == "model_error" and before.get("kind") == "model_request"
+                and before.get("step") == event.get("step")):
+            out.append(event)
+        before = event
+    return out
 
 
 def load(path: Path) -> tuple[dict, list[dict]]:
@@ -142,8 +167,10 @@ def load(path: Path) -> tuple[dict, list[dict]]:
 
 def config_from(start: dict, home: Path, policy: str | None) -> Config:
     extra = start.get("config", {})
+    # the session's frames are sized from the configured budget; the agent cut it to the model's
+    # window (start["budget"], ReplayModel.window). Traces before the configured one was recorded: equal.
     return Config(home=home, session=start.get("session", "replay"), user=start.get("user", ""),
-                  budget=start["budget"], page_tokens=start["page_tokens"], policy=policy or start["policy"],
+                  budget=extra.get("budget", start["budget"]), page_tokens=start["page_tokens"], policy=policy or start["policy"],
                   tokenizer=start.get("tokenizer", ""), embedder=trace_embedder(start.get("embedder", "wordllama"), start.get("embedder_dim")),
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
@@ -177,7 +204,6 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
     start, recorded_all = load(path)
     recorded = [e for e in recorded_all if e["kind"] not in IGNORED and e.get("seq", 0) > start.get("seq", 0)]
     compare = _comparable(recorded)
-    replies = [e for e in recorded if e["kind"] == "model_reply"]
     run = Run(policy or start["policy"], recorded=compare)
     run.recorded_digests = [e["digest"] for e in recorded if e["kind"] == "model_request"]
     clock = _Clock()
@@ -193,7 +219,7 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
                 live.append({"kind": e.kind, "seq": e.seq, **e.data})
 
         session.events.listeners.append(listen)
-        model = ReplayModel(replies)
+        model = ReplayModel(model_outcomes(recorded), window=start["budget"])
         requests = 0
 
         def context_seen(ctx) -> None:
@@ -204,10 +230,15 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
             if on_context:
                 on_context(requests, ctx, session, live)
 
-        def agent_factory(speaker: str):
-            agent = Agent(session, model, MODEL, speaker=speaker)
-            agent.on_context = context_seen
-            return agent
+        agents: list[Agent] = []
+
+        def agent_factory(speaker: str) -> Agent:
+            """The agent for the next message: a chat's one agent, or a new one per message as a server
+            makes them (an overflow's smaller tier then lasts for that message only)."""
+            if not agents or start.get("agent_per_message"):
+                agents[:] = [Agent(session, model, MODEL, speaker=speaker)]
+                agents[0].on_context = context_seen
+            return agents[0]
 
         try:
             _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live)
@@ -225,7 +256,6 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
     from pager.tools import AGENT
     from pager.tools.toolkit import external
 
-    agent = None
     started = False
     at = [0]
     early = _Early(recorded, session, live, at)
@@ -250,8 +280,7 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
         elif kind == "append":
             session.append_many([dict(t) for t in event["turns"]])
         elif kind == "user":
-            if agent is None:
-                agent = agent_factory(event.get("speaker", "user"))
+            agent = agent_factory(event.get("speaker", "user"))
             agent.speaker = event.get("speaker", agent.speaker)   # a server's clients may name themselves
             agent.ask(event["text"], key=event.get("key", ""), instructions=event.get("instructions", ""),
                       tools=event.get("tools"), resume=event.get("resume"))

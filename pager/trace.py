@@ -170,14 +170,17 @@ def read_trace(path: Path) -> Iterator[dict]:
         yield obj
 
 
-def begin(session, model: str, budget: int) -> None:
+def begin(session, model: str, budget: int, agent_per_message: bool = False) -> None:
     """Open a session's trace: its settings, and for a resumed session the turns and paging
-    state it starts from, so that replay needs nothing but the trace."""
+    state it starts from, so that replay needs nothing but the trace. budget is the agent's (the
+    configured one, which sized the frames, cut to the model's window); agent_per_message says that
+    each message has an Agent of its own (a server's), not one for the whole session (a chat's)."""
     cfg = session.home.config
-    session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget,
+    per_message = {"agent_per_message": True} if agent_per_message else {}
+    session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget, **per_message,
                  page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
                  embedder=cfg.embedder, embedder_dim=session.home.embedder.dim, resumed_turns=session.turn_count,
-                 config={"map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
+                 config={"budget": cfg.budget, "map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share})
     if session.turn_count:

@@ -748,6 +748,41 @@ def test_a_served_conversation_is_traced_and_replays_exactly(tmp_path):
     _replays(traces[0])
 
 
+def test_a_served_turn_the_provider_failed_replays_exactly(tmp_path):
+    """A 502 that outlasts the retries answers 502 and is in the trace as a model_error; a prompt over
+    the window is asked again at a smaller budget, for that message only (each message has an agent
+    of its own). Replay serves each failure again as that failure, in order with the replies."""
+    import openai
+
+    from pager.llm import litellm, register
+    from pager.offline import Script
+
+    lib = litellm()
+    bad = lib.BadGatewayError(message="502 Bad Gateway", llm_provider="pager", model="pager/flaky")
+    over = lib.ContextWindowExceededError(message="too long", llm_provider="pager", model="pager/flaky")
+    # six overflows cut the budget to 8192 * 0.75**6 = 1458 tokens: the compact prompt and tools
+    register("flaky", Script([bad, bad, *[over] * 6, {"content": "shorter"}, {"content": "back again"}]))
+    running = Running(tmp_path)
+    try:
+        client = running.openai()
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(model="pager/flaky", user="down", messages=[{"role": "user", "content": "hi?"}])
+        assert failed.value.status_code == 502
+        for question, answer in (("and now?", "shorter"), ("and again?", "back again")):
+            reply = client.chat.completions.create(model="pager/flaky", user="down",
+                                                   messages=[{"role": "user", "content": question}])
+            assert reply.choices[0].message.content == answer
+    finally:
+        running.stop()
+    traces = _traces(tmp_path, "down")
+    events = [json.loads(line) for line in traces[0].read_text().splitlines()]
+    kinds = [e["kind"] for e in events]
+    assert len(traces) == 1 and kinds.count("model_error") == 1 and kinds.count("overflow") == 6
+    requests = [e["tokens"]["total"] for e in events if e["kind"] == "model_request"]
+    assert requests[-1] > requests[-2] + 300, "the message after the overflows has the full prompt and tools again"
+    _replays(traces[0])
+
+
 def test_sessions_beyond_max_open_are_closed_and_reopen_with_nothing_lost(tmp_path):
     running = Running(tmp_path, max_open=2)
     try:
