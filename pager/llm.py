@@ -77,6 +77,19 @@ def _router_class():
     return Router
 
 
+# the key variable of the providers most models named on the command line come from, by the model
+# name's start: the same variable litellm's validate_environment asks for
+KEYS = (("gpt-", "OPENAI_API_KEY"), ("chatgpt-", "OPENAI_API_KEY"), ("o1", "OPENAI_API_KEY"), ("o3", "OPENAI_API_KEY"),
+        ("o4-", "OPENAI_API_KEY"), ("claude-", "ANTHROPIC_API_KEY"), ("anthropic/", "ANTHROPIC_API_KEY"),
+        ("mistral/", "MISTRAL_API_KEY"), ("groq/", "GROQ_API_KEY"),
+        ("deepseek/", "DEEPSEEK_API_KEY"), ("openrouter/", "OPENROUTER_API_KEY"))
+
+
+def known_key(model: str) -> str:
+    """The key variable a model of a well-known provider needs ("" when the name does not say)."""
+    return next((key for start, key in KEYS if model.startswith(start)), "")
+
+
 @dataclass
 class ModelReply:
     text: str
@@ -107,6 +120,9 @@ class LiteLLMModel:
         """Fail early, in one line, when the provider's key is missing; `otherwise` is the way out."""
         if self.offline:
             return
+        key = known_key(self.name)
+        if key and not os.environ.get(key):   # said before litellm's import (seconds), as validate_environment would
+            raise ModelError(f"model {self.name} needs {key} in the environment; set it, or {otherwise}")
         try:
             env = litellm().validate_environment(model=self.name)
         except Exception:  # noqa: BLE001 - an unknown provider: let the first call say what is wrong

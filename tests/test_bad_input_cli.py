@@ -115,3 +115,16 @@ def test_a_pin_is_said_once(tmp_path):
     assert result.exit_code == 0, result.output
     said = [line.strip() for line in result.output.splitlines() if line.strip().endswith("pinned p1")]
     assert said == ["pinned p1", "unpinned p1"], result.output   # "pinned p1" was said twice, "unpinned" by the REPL only
+
+
+def test_a_missing_key_of_a_well_known_provider_is_said_before_litellm_is_imported():
+    """`pager chat --model gpt-4o-mini` without a key took ~8 s (litellm's import) to say the key is missing."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nos.environ.pop('OPENAI_API_KEY', None)\nfrom pager.llm import LiteLLMModel\nfrom pager.errors import ModelError\n"
+            "try:\n    LiteLLMModel('gpt-4o-mini').check()\nexcept ModelError as exc:\n    print(exc)\n"
+            "print('litellm' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["model gpt-4o-mini needs OPENAI_API_KEY in the environment; set it, or run without --model for "
+                   "the offline memory shell", "False"], out
