@@ -58,7 +58,7 @@ def _version(shown: bool) -> None:
 @app.callback()
 def main_options(
     ctx: typer.Context,
-    home: Optional[Path] = typer.Option(None, "--home", help="data folder (default $PAGER_HOME or ~/.pager)"),
+    home: Optional[str] = typer.Option(None, "--home", metavar="<path>", help="data folder (default $PAGER_HOME or ~/.pager)"),
     db: Optional[str] = typer.Option(None, "--db", help="LanceDB URI (default $PAGER_DB or <home>/db); s3://… works"),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                  help="print pager's version and exit"),

@@ -102,6 +102,8 @@ class Config:
     lease_idle_s: float = 60.0   # a lease not used to write for this long is given up (after a flush); 0: kept until close
 
     def __post_init__(self) -> None:
+        if not str(self.home).strip():   # Path("") is the current folder: never what `--home ""` meant
+            raise ConfigError("the home is empty; give a folder with --home (or PAGER_HOME), or leave it unset for ~/.pager")
         object.__setattr__(self, "home", Path(self.home).expanduser())
         if self.page_tokens < 48:
             raise ConfigError(f"page_tokens {self.page_tokens} is too small for a page header; use 48 or more")
@@ -220,6 +222,8 @@ def name_problem(name: str) -> str:
         return "must be a non-empty session name"
     if len(name) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in name):
         return f"must be at most {MAX_NAME} printable characters"
+    if name in (".", ".."):
+        return "is a path step, not a name (/sessions/. cannot be reached); pick a name with a letter"
     if "/" in name:
         return (f'must not contain "/" (a session is one path segment of /sessions/{{name}}); use another '
                 f"character, e.g. {name.replace('/', '-')!r}")

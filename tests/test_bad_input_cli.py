@@ -128,3 +128,17 @@ def test_a_missing_key_of_a_well_known_provider_is_said_before_litellm_is_import
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["model gpt-4o-mini needs OPENAI_API_KEY in the environment; set it, or run without --model for "
                    "the offline memory shell", "False"], out
+
+
+@pytest.mark.parametrize("args, needle", [(["--home", "", "sessions"], "the home is empty"),
+                                          (["chat", "-s", ".."], "is a path step"),
+                                          (["chat", "-s", "."], "is a path step")])
+def test_an_empty_home_and_dot_sessions_are_refused(tmp_path, args, needle):
+    """`--home ""` silently meant the current folder; sessions "." and ".." were made."""
+    if args[0] != "--home":
+        args = ["--home", str(tmp_path / "h"), *args]
+    result = runner.invoke(app, args, env=ENV, input="hello\n/quit\n")
+    assert needle in result.output, result.output
+    assert "Traceback" not in result.output
+    if args[-1] in (".", ".."):
+        assert "no sessions" in runner.invoke(app, ["--home", str(tmp_path / "h"), "sessions"], env=ENV).output
