@@ -68,7 +68,8 @@ class StepPrinter:
             self._flush(f"step {d['step']}: {d['tokens']['total']} tokens, {len(d['pages'])} pages in {d['frames']} frames"
                         + excerpts)
         elif kind == "tool_call":
-            args = d["arguments"] if len(d["arguments"]) < 90 else d["arguments"][:89] + "…"
+            args = _readable(d["arguments"])
+            args = args if len(args) < 90 else args[:89] + "…"
             self.console.print(f"  [cyan]↳ {escape(d['name'])}[/]({escape(args)})", highlight=False)
         elif kind == "bookmarks_written" and d["marks"]:
             named = ", ".join(f"{m['page']} ({', '.join(m['keywords'][:3])})" for m in d["marks"][:4])
@@ -106,8 +107,26 @@ def stats_line(session: Session, printer: StepPrinter) -> str:
     uses = since["faults"] + since["hits"]
     per_turn = sum(printer.totals) / len(printer.totals) if printer.totals else 0
     return (f"this chat: faults {since['faults']} · evictions {since['evictions']} · hits {since['hits']} · hit rate "
-            f"{since['hits'] / uses if uses else 0:.0%} · session: {st['turns']} turns on {st['pages']} pages · frames "
-            f"{st['used']}/{st['frames']} · {per_turn:.0f} prompt tokens per model call")
+            f"{since['hits'] / uses if uses else 0:.0%} · session: {st['turns']} turns on {_pages(session)} · frames "
+            f"{st['used']}/{st['frames']} · " + (f"{per_turn:.0f} prompt tokens per model call" if printer.totals
+                                                  else "no model call yet"))
+
+
+def _pages(session: Session) -> str:
+    """The session's pages as /pages lists them: the sealed ones and the open one ("4 turns, 0 pages"
+    was said of a session whose p1 /pages listed)."""
+    n = len(session.pages) + (1 if session.packer.pieces else 0)
+    return f"{n} page{'s' if n != 1 else ''}"
+
+
+def _readable(arguments: str) -> str:
+    """A tool call's JSON arguments with their letters as written (`¿Cuál`, not `\\u00bfCu\\u00e1l`)."""
+    import json
+
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False)
+    except ValueError:
+        return arguments   # a model's malformed arguments are shown as they came
 
 
 def _list(pages: list[str], shown: int = 6) -> str:
@@ -200,7 +219,7 @@ def _banner(console: Console, session: Session, config: Config, model_name: str,
                       "quotes your memory; it does not think. Set --model or PAGER_MODEL for a real model.")
     else:
         console.print(f"model {escape(model_name)}", highlight=False)
-    state = f"resumed with {session.turn_count} turns, {len(session.pages)} pages" if session.turn_count else "new session"
+    state = f"resumed with {session.turn_count} turns on {_pages(session)}" if session.turn_count else "new session"
     lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
     console.print(Text(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
                        f"policy {session.policy.name} · trace {trace}"))

@@ -46,9 +46,12 @@ def frame_table(session: Session) -> Table:
     for name in ("frame", "page", "tokens", "fill", "flags", "date", "bookmarks"):
         table.add_column(name, justify="right" if name in ("frame", "tokens") else "left")
     cap = session.page_tokens
-    for slot, n in enumerate(session.frames.slots):
-        if n is None:
-            table.add_row(str(slot), "·", "", "", "free", "", "", style="dim")
+    slots = session.frames.slots
+    for slot, n in enumerate(slots):
+        if n is None:   # a run of free frames is one row: a one-page session has sixty
+            if slot == 0 or slots[slot - 1] is not None:
+                end = next((i for i in range(slot, len(slots)) if slots[i] is not None), len(slots)) - 1
+                table.add_row(str(slot) if end == slot else f"{slot}–{end}", "·", "", "", "free", "", "", style="dim")
             continue
         e = session.table[n]
         tokens = session.packer.body_tokens if n == session.tail_n else e.tokens

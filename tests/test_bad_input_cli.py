@@ -142,3 +142,18 @@ def test_an_empty_home_and_dot_sessions_are_refused(tmp_path, args, needle):
     assert "Traceback" not in result.output
     if args[-1] in (".", ".."):
         assert "no sessions" in runner.invoke(app, ["--home", str(tmp_path / "h"), "sessions"], env=ENV).output
+
+
+def test_the_repl_says_pages_frames_and_calls_as_a_person_reads_them(tmp_path):
+    """A one-page session: 'resumed with 2 turns, 0 pages' while /pages listed p1, /frames a row per free
+    frame, /stats '0 prompt tokens per model call' before any call, a tool call's arguments as \\u escapes."""
+    home = ["--home", str(tmp_path / "h"), "chat", "-s", "y", "--budget", "1024"]
+    first = runner.invoke(app, home, env=ENV, input="/stats\nhello\n¿Cuál es mi ciudad?\n/frames\n/quit\n")
+    assert first.exit_code == 0, first.output
+    said = " ".join(first.output.split())
+    assert "no model call yet" in said and '"query": "¿Cuál es mi ciudad?"' in said and "\\u00bf" not in said
+    rows = [line for line in first.output.splitlines() if "free" in line and "│" in line]
+    assert len(rows) == 1 and "│   1–2 │" in rows[0], first.output   # 3 frames: the tail's, one row for two free
+    again = runner.invoke(app, home, env=ENV, input="/stats\n/quit\n")
+    assert "resumed with 4 turns on 1 page ·" in " ".join(again.output.split()), again.output
+    assert "session: 4 turns on 1 page" in " ".join(again.output.split())
