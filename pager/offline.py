@@ -18,7 +18,7 @@ from .search import QUESTION, QUOTE, echoes, piece_kind, terms
 from .state import parse_statements
 
 BACK_REFERENCE = re.compile(
-    r"\?|\b(do you remember|remind me|recall|earlier|last (?:time|week|month|year)|ago|previous|did (?:i|we|you)|"
+    r"\?|\b(do you remember|remind me|tell me about|recall|earlier|last (?:time|week|month|year)|ago|previous|did (?:i|we|you)|"
     r"what (?:did|was|were|is|are)|when (?:did|was|is)|who (?:is|was)|where (?:did|is|was)|which|how (?:much|many))\b",
     re.I,
 )
@@ -99,7 +99,8 @@ class OfflineShell:
         best = scored[0]
         quotes = [best]
         runner = None if best[1] == "the state" else (  # the current value needs no older quote beside it
-            next((x for x in scored[1:] if x[1] != best[1] and x[0] >= 0.6 * best[0]), None))
+            next((x for x in scored[1:] if x[1] != best[1] and x[0] >= 0.6 * best[0]
+                  and piece_kind(x[3]) != QUESTION), None))   # a question asked before is no second answer
         if runner:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)

@@ -99,15 +99,17 @@ ECHO = 0.2
 PLAIN, QUESTION, QUOTE = 0, 1, 2
 _QUOTES_PAGE = re.compile(r"(?:^|: |\. |\b[Aa]lso )[Ff]rom p\d+(?: \([^()\n]*\))?: “")
 SHELL_NOTE = "(offline memory shell"   # the offline shell's replies that quote nothing say so
+# a request for what memory holds, asked without a question mark: "Tell me about the offsite" (after a speaker)
+_ASKS = re.compile(r"^(?:[^:\n]{1,40}: )?(?:tell me about|what about)\b", re.I)
 
 
 def piece_kind(text: str) -> int:
     """QUOTE for a reply that quotes pages (the offline shell's answers, "From p5 (…): “…”") or
-    notes that it is the shell; QUESTION for a question; PLAIN otherwise."""
+    notes that it is the shell; QUESTION for a question, or a request as "Tell me about X"; PLAIN otherwise."""
     # every match of _QUOTES_PAGE holds "rom p": a text without it skips the regex's scan of every position
     if ("rom p" in text and _QUOTES_PAGE.search(text)) or SHELL_NOTE in text:
         return QUOTE
-    return QUESTION if "?" in text else PLAIN
+    return QUESTION if "?" in text or ("bout" in text and _ASKS.match(text)) else PLAIN
 
 
 def echoes(words, query_words, names=frozenset()) -> bool:

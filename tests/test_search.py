@@ -365,3 +365,17 @@ def test_query_words_the_session_never_said_are_embedded_once(tmp_path):
     assert not hasattr(fresh, "_outside")
     assert again == fresh.expand(["quokka", "amber", "zebra"], embedder, threshold=0.1)
     assert first == fresh.expand(words, embedder, threshold=0.1)
+
+
+def test_a_request_without_a_question_mark_is_a_question_not_an_answer():
+    """"Tell me about the Lisbon offsite", asked before, outranked the page with the budget in the offline
+    shell's answer to "How much money did we have for the Lisbon offsite?" (and came second after it)."""
+    from pager.offline import OfflineShell
+    from pager.search import PLAIN, QUESTION, piece_kind
+
+    assert piece_kind("user: Tell me about the Lisbon offsite") == QUESTION == piece_kind("Maya: what about lunch")
+    assert piece_kind("Maya: I told him about it") == PLAIN == piece_kind("Maya: Remind me: Sam is allergic to peanuts")
+    system = ("[p16 · 21 April 2025]\nMaya: Lisbon offsite is approved. Budget is 18,400 euros, Casa do Rio.\n\n"
+              "[p71 · 1 Dec 2026]\nuser: Tell me about the Lisbon offsite\n")
+    answer = OfflineShell().answer("How much money did we have for the Lisbon offsite?", system)
+    assert answer.startswith("From p16") and "Tell me about" not in answer, answer
