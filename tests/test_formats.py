@@ -78,8 +78,8 @@ def test_a_session_snapshot_of_another_format_is_ignored(tmp_path, stale):
         if stale:
             snapshot.format = (Snapshot.FORMAT[0] - 1, Snapshot.FORMAT[1])
         path = home._snapshot_path("", "s")
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(pickle.dumps(snapshot, protocol=5))
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(pickle.dumps(snapshot, protocol=5))   # after the close, which writes the session's own
     with Home(cfg, embedder=HashEmbedder(), read_only=True) as home:
         assert (home._snapshot("", "s") is None) is stale
 
