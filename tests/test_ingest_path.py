@@ -409,3 +409,13 @@ def test_a_page_row_with_its_vector_as_an_array_makes_the_table_of_the_list(rows
     old = [{**row, "vector": row["vector"].tolist()} for row in new]
     assert all(isinstance(row["vector"], np.ndarray) for row in new)
     assert pa.Table.from_pylist(new, schema=schema).equals(pa.Table.from_pylist(old, schema=schema))
+
+
+@settings(max_examples=300, deadline=None)
+@given(end=st.one_of(ODD, spaced, texts), suffix=st.sampled_from(["\n", "\n\n", " ", "\nSam: hi", "!"]),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_the_cached_difference_of_an_end_is_its_count_with_the_suffix_less_its_own(end, suffix, encoding):
+    """Tokenizer.delta, which the packer adds for a line's newline, is the difference of the two counts, cached or not."""
+    tokenizer = get_tokenizer(encoding)
+    for _ in range(2):   # computed, then from the cache
+        assert tokenizer.delta(end, suffix) == tokenizer.count(end + suffix) - tokenizer.count(end)
