@@ -70,6 +70,7 @@ def _release_extract(text, monkeypatch_like):
     with monkeypatch_like.context() as m:
         m.setattr(bm, "_DATE", RELEASE_DATE)
         m.setattr(bm, "_may_hold_identifier", lambda body: True)   # the identifier scan always runs
+        m.setattr(bm, "_may_hold_date", lambda body: True)         # and the date scan
         return bm.extract(text)
 
 
@@ -419,3 +420,34 @@ def test_the_cached_difference_of_an_end_is_its_count_with_the_suffix_less_its_o
     tokenizer = get_tokenizer(encoding)
     for _ in range(2):   # computed, then from the cache
         assert tokenizer.delta(end, suffix) == tokenizer.count(end + suffix) - tokenizer.count(end)
+
+
+# dates of every shape the date pattern takes, odd cases, spaces and ordinals included, among other text
+_DAY = st.sampled_from(["1", "9", "09", "12", "31", "٣", "3"])
+_MONTH_WORD = st.sampled_from(bm.MONTHS + ["MAY", "Sept", "ſeptember", "ſep", "AUGust", "Decimal", "marchish", "Junes"])
+_GAP = st.sampled_from([" ", "  ", "\n", "\t", "\u3000", " \n "])
+_YEAR = st.sampled_from(["2023", "1999", "0000", "20234", "٢٠٢٣"])
+_ORDINAL = st.sampled_from(["", "st", "nd", "rd", "th", "ST", "ſt", "Th"])
+_COMMA = st.sampled_from(["", ","])
+a_date = st.one_of(
+    st.tuples(_DAY, _GAP, _MONTH_WORD, _COMMA, _GAP, _YEAR).map("".join),
+    st.tuples(_MONTH_WORD, _GAP, _DAY, _ORDINAL, _COMMA, _GAP, _YEAR).map("".join),
+    st.tuples(_YEAR, st.just("-"), st.sampled_from(["05", "5", "12"]), st.just("-"), st.sampled_from(["09", "9", "31"])).map("".join),
+)
+dated = st.lists(st.one_of(a_date, st.sampled_from(PIECES)), min_size=1, max_size=12)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(dated.map(" ".join), dated.map("".join), texts, spaced))
+def test_a_body_the_date_pattern_matches_holds_the_date_core(text):
+    """extract() skips the date scan of a body without _DATE_CORE: every body with a date holds it."""
+    if bm._DATE.search(text) or RELEASE_DATE.search(text):
+        assert bm._may_hold_date(text), text
+    assert [m.span() for m in bm._DATE.finditer(text)] == [m.span() for m in RELEASE_DATE.finditer(text)], text
+
+
+@settings(max_examples=300, deadline=None)
+@given(dated.map(" ".join))
+def test_offline_keywords_of_dated_text_are_the_release_keywords(text):
+    with pytest.MonkeyPatch.context() as mp:
+        assert bm.extract(text) == _release_extract(text, mp), text
