@@ -61,6 +61,11 @@ _DATE = re.compile(
     + r"[a-z]*\s+\d{1,2}(?:st|nd|rd|th)?,?\s+\d{4}\b|\d{4}-\d{2}-\d{2}\b)",
     re.IGNORECASE,
 )
+# what every date holds: its day's last digit then the month and four digits of its year ("9 May 2023"), or
+# the ordinal's letters (at most two, each a word character whatever the case) and the year ("9th, 2023"), or
+# an ISO date's first five characters ("2023-0"). It starts at a digit, which the regex engine looks for
+# first: a page without it (a number, a day and a month, no year) skips _DATE's scan, which stops at every word
+_DATE_CORE = re.compile(r"\d(?:(?:\s+\w+|\w{0,2}),?\s+\d{4}|\d{3}-\d)")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{2,}")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{6,}")
 # what every identifier match needs (a dotted or underscored word, or a lower-case letter before a
@@ -90,7 +95,7 @@ def extract(text: str, limit: int = 6) -> list[str]:
         scored[key] += weight
         display.setdefault(key, keyword.strip())
 
-    for match in _DATE.finditer(body):
+    for match in _DATE.finditer(body) if _may_hold_date(body) else ():
         add(match.group(0), 4.0)
     for match in _NAME_RUN.finditer(body):
         phrase = _trim_name(match.group(0))
@@ -156,6 +161,10 @@ def singular(phrase: str) -> str:
         else:
             last = last[:-1]
     return f"{head} {last}" if head else last
+
+
+def _may_hold_date(body: str) -> bool:
+    return _DATE_CORE.search(body) is not None
 
 
 def _may_hold_identifier(body: str) -> bool:

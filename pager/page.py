@@ -230,7 +230,8 @@ class Packer:
         newline). So the body counts as body_tokens - count(end) + count(end + "\n" + line), where end
         is the body's last line from its last letter-space boundary, and when `known` (line's own
         exact count) is given and line starts with an ASCII letter, count(end + "\n") + known stands
-        for the last term. Property-tested against the whole count (tests/test_ingest_path.py)."""
+        for the last term (the difference count(end + "\n") - count(end) cached by the tokenizer: ends
+        repeat). Property-tested against the whole count (tests/test_ingest_path.py)."""
         count = self.tokenizer.count
         if not self.pieces:
             return known if known is not None else count(line)
@@ -240,7 +241,7 @@ class Packer:
             return count(self._body_with(line))
         end = last[c:]
         if known is not None and line[:1] in ASCII_LETTERS:
-            return self.body_tokens - count(end) + count(end + "\n") + known
+            return self.body_tokens + self.tokenizer.delta(end, "\n") + known   # count(end + "\n") - count(end)
         return self.body_tokens - count(end) + count(end + "\n" + line)
 
     def _split_point(self, turn: Turn, start: int) -> int:

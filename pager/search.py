@@ -42,6 +42,9 @@ from .bookmarks import MONTHS, STOPWORDS, Directory
 from .page import Page
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+# _TOKEN's matches in ASCII text, where its CJK branch and "’" cannot match: one branch starting at a character
+# class, which the regex engine looks for first (a fifth quicker)
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _WORD = re.compile(r"[a-z][a-z'’-]{2,}")
 
 
@@ -59,8 +62,13 @@ def stem(word: str) -> str:
 
 def terms(text: str) -> list[str]:
     """BM25 terms: lower-cased, stemmed words without stopwords; CJK as character bigrams."""
-    tokens = _TOKEN.findall(text.lower())
-    if text.isascii():   # no CJK characters: every token is a word (the loop below, without its bigrams)
+    ascii = text.isascii()
+    return _terms((_ASCII_TOKEN if ascii else _TOKEN).findall(text.lower()), ascii)
+
+
+def _terms(tokens: list[str], ascii: bool) -> list[str]:
+    """The BM25 terms of a text's tokens (_TOKEN's matches in its lower case)."""
+    if ascii:   # no CJK characters: every token is a word (the loop below, without its bigrams)
         return [term for term in map(_term, tokens) if term is not None]
     out: list[str] = []
     cjk: list[str] = []
@@ -77,6 +85,22 @@ def terms(text: str) -> list[str]:
         if term is not None:
             out.append(term)
     return out
+
+
+def _vocabulary_words(low: str, tokens: list[str]) -> list[str]:
+    """_WORD.findall(low), taken from low's tokens (_TOKEN's matches) when they hold it. Without "-", "'"
+    and "’" a word is a longest run of three or more letters a-z, and so is a token of letters; a token
+    of letters and digits holds runs of letters that are no token, and one of those ends the shortcut."""
+    if "-" in low or "'" in low or "’" in low:
+        return _WORD.findall(low)
+    words = []
+    for tok in tokens:
+        if tok.isalpha():
+            if len(tok) > 2:
+                words.append(tok)
+        elif not tok.isdigit():
+            return _WORD.findall(low)
+    return words
 
 
 @lru_cache(maxsize=200_000)
@@ -302,7 +326,11 @@ class Vocabulary:
         return state
 
     def add(self, text: str) -> None:
-        for word in set(_WORD.findall(text.lower())):
+        self.add_words(_WORD.findall(text.lower()))
+
+    def add_words(self, found: list[str]) -> None:
+        """Add a text's words (_WORD's matches in its lower case, in order)."""
+        for word in set(found):
             if word not in self.index and word not in STOPWORDS and len(self.index) < self.limit:
                 self.index[word] = len(self.words)
                 self.words.append(word)
@@ -390,7 +418,10 @@ class Index:
         ids = []
         for i in range(len(page.spans)):
             text = page.piece_text(i) if page.lines else page.text
-            words = terms(text)
+            # one lower case and one token scan for the terms and the vocabulary
+            low, ascii = text.lower(), text.isascii()
+            tokens = (_ASCII_TOKEN if ascii else _TOKEN).findall(low)
+            words = _terms(tokens, ascii)
             piece = self.bm25.add(words + self._last_terms)
             self.piece_terms.append(tuple(words))
             kind = piece_kind(text)
@@ -406,7 +437,7 @@ class Index:
             self.piece_importance.append(page.importance)
             self.piece_kind.append(kind)
             self.speakers.add(speaker)
-            self.vocabulary.add(text)
+            self.vocabulary.add_words(_vocabulary_words(low, tokens))
             ids.append(piece)
         self.page_pieces[page.n] = ids
         self._pending.append(np.asarray(piece_vectors, dtype=np.float32).reshape(len(ids), self.dim))

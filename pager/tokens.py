@@ -57,13 +57,18 @@ class Tokenizer:
         c = last_boundary(text)
         if c <= 0:
             return self.count(text + suffix)
-        key = (text[c:], suffix)
+        return tokens + self.delta(text[c:], suffix)
+
+    def delta(self, end: str, suffix: str) -> int:
+        """count(end + suffix) - count(end), cached: the ends of texts after their last boundary repeat
+        (the last word and its stop), and so do the suffixes pager puts after them."""
+        key = (end, suffix)
         delta = self._deltas.get(key)
         if delta is None:
             if len(self._deltas) > 100_000:
                 self._deltas.clear()
-            delta = self._deltas[key] = self.count(key[0] + suffix) - self.count(key[0])
-        return tokens + delta
+            delta = self._deltas[key] = self.count(end + suffix) - self.count(end)
+        return delta
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())

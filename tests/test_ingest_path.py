@@ -70,6 +70,7 @@ def _release_extract(text, monkeypatch_like):
     with monkeypatch_like.context() as m:
         m.setattr(bm, "_DATE", RELEASE_DATE)
         m.setattr(bm, "_may_hold_identifier", lambda body: True)   # the identifier scan always runs
+        m.setattr(bm, "_may_hold_date", lambda body: True)         # and the date scan
         return bm.extract(text)
 
 
@@ -336,3 +337,117 @@ def test_a_page_table_snapshot_holds_its_state_fields_in_order():
     table[4] = Entry(4)
     assert table.snapshot() == {"3": [getattr(table[3], f) for f in PageTable.STATE_FIELDS]}
     assert table.snapshot(every=True)["4"] == [getattr(table[4], f) for f in PageTable.STATE_FIELDS]
+
+
+# -- one token scan for the BM25 terms and the vocabulary, the page vector as an array --------------------------
+RELEASE_WORD = re.compile(r"[a-z][a-z'’-]{2,}")   # the vocabulary's word pattern, scanned on its own before
+WORDISH = ["-", "'", "’", "well-known", "dogs'", "don't", "abc1def", "a1", "7up", "x9y", "1999", "Kelvin K", "ſ",
+           "İstanbul", "ı", "café", "naïve", "・", "ー", "ゝ", "東京", "ソウル", "서울", "Tokyo", "TOKYO", "is", "zzz"]
+wordy_texts = st.lists(st.sampled_from(PIECES + WORDY + WORDISH), min_size=1, max_size=40).map(" ".join)
+glued_texts = st.lists(st.sampled_from(PIECES + WORDISH), min_size=1, max_size=30).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(wordy_texts, glued_texts, st.text(max_size=60)))
+def test_one_token_scan_gives_the_terms_and_the_vocabulary_words_of_two(text):
+    """Index.add scans a piece's lower case once: the ASCII pattern finds _TOKEN's matches in ASCII text, and
+    the vocabulary's words taken from those tokens are _WORD's matches, in order."""
+    from pager.search import _ASCII_TOKEN, _terms, _vocabulary_words
+
+    low = text.lower()
+    if text.isascii():
+        assert _ASCII_TOKEN.findall(low) == _TOKEN.findall(low)
+    tokens = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(low)
+    assert _terms(tokens, text.isascii()) == _general_terms(text)
+    assert _vocabulary_words(low, tokens) == RELEASE_WORD.findall(low), text
+
+
+def test_an_index_holds_the_terms_and_vocabulary_of_the_separate_scans():
+    """Pages indexed with one scan per piece hold the terms, postings and vocabulary (in its order) of
+    terms() and Vocabulary.add(text) run on each piece."""
+    from pager.search import BM25, Index, Vocabulary
+
+    tok = get_tokenizer("cl100k_base")
+    packer = Packer("s", tok, 96)
+    extra = ["well-known dogs' toys don't abc1def", "東京大学 で Maya と会った", "Kelvin K and İstanbul café"]
+    pages = []
+    for n, text in enumerate(TextGenerator(3).turns(300) + extra, 1):
+        pages += packer.add(Turn("s", n, NAMES[n % len(NAMES)], text, date="1 May 2023"))
+    index = Index(4)
+    for page in pages:
+        index.add(page, np.zeros((len(page.spans), 4), dtype=np.float32))
+    texts = [page.piece_text(i) for page in pages for i in range(len(page.spans))]
+    vocabulary, bm25, last = Vocabulary(4), BM25(), []
+    for text, kind in zip(texts, index.piece_kind):
+        words = _general_terms(text)
+        bm25.add(words + last)
+        last = words if kind != 2 else []
+        for word in set(RELEASE_WORD.findall(text.lower())):   # Vocabulary.add as it was
+            if word not in vocabulary.index and word not in bm.STOPWORDS and len(vocabulary.index) < vocabulary.limit:
+                vocabulary.index[word] = len(vocabulary.words)
+                vocabulary.words.append(word)
+    assert index.piece_terms == [tuple(_general_terms(t)) for t in texts]
+    assert index.bm25.postings == bm25.postings and index.bm25.lengths == bm25.lengths
+    assert index.vocabulary.words == vocabulary.words and len(vocabulary.words) > 50
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.lists(st.floats(-1e3, 1e3, width=32), min_size=8, max_size=8), min_size=1, max_size=4),
+                     min_size=1, max_size=5))
+def test_a_page_row_with_its_vector_as_an_array_makes_the_table_of_the_list(rows):
+    """_page_vectors hands Arrow the float32 mean itself, not its list: the same pages table."""
+    import types
+
+    import pyarrow as pa
+
+    from pager.store import LanceStore, _page_row
+
+    schema = LanceStore._schemas(types.SimpleNamespace(dim=8))["pages"]
+    packer = Packer("s", get_tokenizer("cl100k_base"), 64)
+    pages = packer.add(Turn("s", 1, "Ann", "a few words to seal " * 40, date="1 May 2023"))
+    pieces = [np.array(r, dtype=np.float32) for r in rows]
+    new = [_page_row(pages[0], p) for p in pieces]
+    old = [{**row, "vector": row["vector"].tolist()} for row in new]
+    assert all(isinstance(row["vector"], np.ndarray) for row in new)
+    assert pa.Table.from_pylist(new, schema=schema).equals(pa.Table.from_pylist(old, schema=schema))
+
+
+@settings(max_examples=300, deadline=None)
+@given(end=st.one_of(ODD, spaced, texts), suffix=st.sampled_from(["\n", "\n\n", " ", "\nSam: hi", "!"]),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_the_cached_difference_of_an_end_is_its_count_with_the_suffix_less_its_own(end, suffix, encoding):
+    """Tokenizer.delta, which the packer adds for a line's newline, is the difference of the two counts, cached or not."""
+    tokenizer = get_tokenizer(encoding)
+    for _ in range(2):   # computed, then from the cache
+        assert tokenizer.delta(end, suffix) == tokenizer.count(end + suffix) - tokenizer.count(end)
+
+
+# dates of every shape the date pattern takes, odd cases, spaces and ordinals included, among other text
+_DAY = st.sampled_from(["1", "9", "09", "12", "31", "٣", "3"])
+_MONTH_WORD = st.sampled_from(bm.MONTHS + ["MAY", "Sept", "ſeptember", "ſep", "AUGust", "Decimal", "marchish", "Junes"])
+_GAP = st.sampled_from([" ", "  ", "\n", "\t", "\u3000", " \n "])
+_YEAR = st.sampled_from(["2023", "1999", "0000", "20234", "٢٠٢٣"])
+_ORDINAL = st.sampled_from(["", "st", "nd", "rd", "th", "ST", "ſt", "Th"])
+_COMMA = st.sampled_from(["", ","])
+a_date = st.one_of(
+    st.tuples(_DAY, _GAP, _MONTH_WORD, _COMMA, _GAP, _YEAR).map("".join),
+    st.tuples(_MONTH_WORD, _GAP, _DAY, _ORDINAL, _COMMA, _GAP, _YEAR).map("".join),
+    st.tuples(_YEAR, st.just("-"), st.sampled_from(["05", "5", "12"]), st.just("-"), st.sampled_from(["09", "9", "31"])).map("".join),
+)
+dated = st.lists(st.one_of(a_date, st.sampled_from(PIECES)), min_size=1, max_size=12)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.one_of(dated.map(" ".join), dated.map("".join), texts, spaced))
+def test_a_body_the_date_pattern_matches_holds_the_date_core(text):
+    """extract() skips the date scan of a body without _DATE_CORE: every body with a date holds it."""
+    if bm._DATE.search(text) or RELEASE_DATE.search(text):
+        assert bm._may_hold_date(text), text
+    assert [m.span() for m in bm._DATE.finditer(text)] == [m.span() for m in RELEASE_DATE.finditer(text)], text
+
+
+@settings(max_examples=300, deadline=None)
+@given(dated.map(" ".join))
+def test_offline_keywords_of_dated_text_are_the_release_keywords(text):
+    with pytest.MonkeyPatch.context() as mp:
+        assert bm.extract(text) == _release_extract(text, mp), text
