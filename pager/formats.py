@@ -175,6 +175,9 @@ def parse_locomo(path: Path) -> list[Conversation]:
     try:
         data = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and exc.lineno > 1:   # one JSON value per line: a JSONL file
+            raise InputError(f"{path} holds one JSON object per line (JSONL), not a LoCoMo file: import it "
+                             "without --format locomo") from None
         raise InputError(f"{path}:{exc.lineno}: not JSON ({exc.msg}); is this a LoCoMo file?") from None
     samples = data if isinstance(data, list) else [data]
     conversations = []

@@ -81,6 +81,13 @@ def test_locomo_given_as_jsonl_hints_at_format_locomo(tmp_path):
     assert "--format locomo" not in result.output
 
 
+def test_jsonl_given_as_locomo_says_to_drop_the_format(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    path.write_text('{"text": "a"}\n{"text": "b"}\n')
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(path), "--format", "locomo"], env=ENV)
+    _one_line(result, 2, "(JSONL), not a LoCoMo file", "without --format locomo")   # said "line 2: not JSON (Extra data)"
+
+
 def test_a_utf8_bom_is_accepted(tmp_path):
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b'{"speaker": "ann", "text": "hello"}\n')
