@@ -112,6 +112,15 @@ def stats_line(session: Session, printer: StepPrinter) -> str:
                                                   else "no model call yet"))
 
 
+_CONTROL = {c: None for c in range(32) if c not in (9, 10)} | {127: None} | {c: None for c in range(128, 160)}
+
+
+def printable(text: str) -> str:
+    """A reply as the terminal should show it: without control characters (an escape sequence typed in
+    a message, quoted back, would otherwise recolour or move the terminal's cursor)."""
+    return text.translate(_CONTROL)
+
+
 def _pages(session: Session) -> str:
     """The session's pages as /pages lists them: the sealed ones and the open one ("4 turns, 0 pages"
     was said of a session whose p1 /pages listed)."""
@@ -199,7 +208,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                 except PagerError as exc:  # e.g. a message larger than the budget: refused, nothing accepted
                     console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                     continue
-                console.print(f"[bold green]pager>[/] {escape(reply.text)}", highlight=False)
+                console.print(f"[bold green]pager>[/] {escape(printable(reply.text))}", highlight=False)
                 if writer.error and not printer.trace_failed:   # said once; the chat goes on, its memory is intact
                     printer.trace_failed = True
                     console.print(f"[red]the trace stopped[/]: {escape(writer.error)}; memory itself is unaffected",

@@ -164,3 +164,11 @@ def test_the_repl_says_pages_frames_and_calls_as_a_person_reads_them(tmp_path):
     again = runner.invoke(app, home, env=ENV, input="/stats\n/quit\n")
     assert "resumed with 4 turns on 1 page ·" in " ".join(again.output.split()), again.output
     assert "session: 4 turns on 1 page" in " ".join(again.output.split())
+
+
+def test_escape_codes_typed_into_a_chat_are_not_sent_back_to_the_terminal(tmp_path):
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "esc"], env=ENV,
+                           input="My code word is \x1b[31mred\x1b[0m and \x1b[2J.\nWhat is my code word?\n/quit\n")
+    assert result.exit_code == 0, result.output
+    reply = result.output.split("What is my code word?")[-1]
+    assert "red" in reply and "\x1b" not in reply, repr(reply)
