@@ -289,6 +289,29 @@ def newest_only_key(s, question: Message) -> str:
     return chain(last[-1].key if last and last[-1].key else f"turn {s.turn_count}", "user", question.text)
 
 
+def rekey_window(s, history: list[Message]) -> None:
+    """A client that sends only its newest messages (a window: the server's limit on messages asks for
+    it) starts its history inside the conversation, so each key, chained from the window's first
+    message, is new, and the window would be stored again. When the messages before the question are
+    the session's latest turns (the same roles and texts, in order, ending at most two turns before
+    the last: a retry comes after the reply), they take those turns' keys and the question chains
+    from them. Otherwise the history is a conversation of its own and keeps its keys."""
+    from .summaries import session_turns
+
+    earlier = history[:-1]
+    n = len(earlier)
+    if n > s.turn_count:
+        return
+    last = session_turns(s, after=max(0, s.turn_count - n - 2))
+    for end in range(len(last), n - 1, -1):
+        run = last[end - n:end]
+        if all(t.key and t.role == m.role and t.text == m.text for t, m in zip(run, earlier)):
+            for t, m in zip(run, earlier):
+                m.key = t.key
+            history[-1].key = chain(run[-1].key, history[-1].role, history[-1].text)
+            return
+
+
 def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float) -> dict:
     """One chat turn, on a worker thread with the session's lock and the engine lock held
     (`queued`: the perf_counter when the request asked for them)."""
@@ -298,6 +321,8 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     started = time.perf_counter()
     s = engine.open(tenant, req.session)
     s.sync()
+    if req.earlier and s.held(req.earlier[0].key) is None:
+        rekey_window(s, req.history)
     key = req.question.key if req.earlier or req.resume else newest_only_key(s, req.question)
     if not req.resume and (text := recorded_reply(s, key)) is not None:
         return {"reply": Reply(text, 0), "appended": 0, "faulted": [], "turns": s.turn_count, "recorded": True,

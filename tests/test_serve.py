@@ -253,6 +253,26 @@ def test_a_client_sending_only_its_newest_message_asks_again_after_memory_change
     assert turns_of(open_server, "alone") == 12
 
 
+def test_a_client_sending_a_window_of_its_newest_messages_stores_each_once(open_server):
+    """The server's limit on messages asks a client to send the newest part of the conversation. Keyed
+    from the window's first message, the window's messages were new keys: stored a second time."""
+    client = open_server.openai()
+    history: list[dict] = []
+    for line in ["I live in Lyon.", "My sister is Ines.", "Where do I live?", "Who is my sister?"]:
+        history.append({"role": "user", "content": line})
+        window = history[-3:]
+        reply = client.chat.completions.create(model="offline", user="window", messages=window)
+        assert reply.model_extra["pager"]["appended"] == 2, window   # the question and its reply, no more
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    assert turns_of(open_server, "window") == 8   # four questions, four replies: nothing twice
+    with open_server.http() as http:
+        texts = [t["content"] for t in http.get("/sessions/window/turns").json()["turns"]]
+    assert texts == [m["content"] for m in history]
+    retry = client.chat.completions.create(model="offline", user="window", messages=history[-4:-1])
+    assert retry.model_extra["pager"]["recorded"] is True and turns_of(open_server, "window") == 8
+    assert "Ines" in history[-1]["content"]
+
+
 def test_a_question_whose_model_failed_is_answered_on_retry_and_kept_once(open_server):
     from pager.llm import register
 
