@@ -195,9 +195,8 @@ def test_client_tools_are_checked(open_server):
         assert r.status_code == 400 and "c1" in r.json()["error"]["message"]
 
 
-def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_server):
-    """A client that lost a reply and sends the same conversation again gets the reply pager recorded:
-    the model is not called again and nothing is stored twice."""
+def counting_model(name: str) -> list[int]:
+    """Register model pager/NAME answering "answer number N" for its N-th call; the list of its calls."""
     from pager.llm import register
 
     calls: list[int] = []
@@ -206,7 +205,14 @@ def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_serve
         calls.append(1)
         return {"content": f"answer number {len(calls)}"}
 
-    register("counting", counting)
+    register(name, counting)
+    return calls
+
+
+def test_a_retried_question_gets_the_recorded_reply_without_the_model(open_server):
+    """A client that lost a reply and sends the same conversation again gets the reply pager recorded:
+    the model is not called again and nothing is stored twice."""
+    calls = counting_model("counting")
     client = open_server.openai()
     history = [{"role": "user", "content": "Pick a number."}]
     first = client.chat.completions.create(model="pager/counting", user="retry", messages=history)
@@ -224,15 +230,7 @@ def test_a_client_sending_only_its_newest_message_asks_again_after_memory_change
     """A client that lets pager keep the conversation sends each message alone. The same question
     asked after the answer changed is a new question (the offline shell quotes the new page), kept as
     a turn; sent again right after its reply (a lost reply), it is the recorded one."""
-    from pager.llm import register
-
-    calls: list[int] = []
-
-    def counting(messages, tools):
-        calls.append(1)
-        return {"content": f"answer number {len(calls)}"}
-
-    register("counting-alone", counting)
+    counting_model("counting-alone")
     client = open_server.openai()
 
     def ask(text, model="offline"):
