@@ -19,7 +19,7 @@ from pager.agent import Agent
 from pager.config import POLICIES, Config
 from pager.errors import PagerError
 from pager.home import Home
-from pager.llm import OFFLINE, LiteLLMModel, preload
+from pager.llm import OFFLINE, LiteLLMModel, check_known_key, preload
 from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
 from pager.session import Session, settle
@@ -168,6 +168,8 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
     model_name = config.model or OFFLINE
+    if model_name != OFFLINE:
+        check_known_key(model_name)   # before the import below, which the check after it waits for
     loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()

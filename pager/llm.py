@@ -90,6 +90,14 @@ def known_key(model: str) -> str:
     return next((key for start, key in KEYS if model.startswith(start)), "")
 
 
+def check_known_key(model: str, otherwise: str = "run without --model for the offline memory shell") -> None:
+    """Fail in one line when a well-known provider's key is missing: said before litellm's import
+    (seconds), as its validate_environment would say it after."""
+    key = known_key(model)
+    if key and not os.environ.get(key):
+        raise ModelError(f"model {model} needs {key} in the environment; set it, or {otherwise}")
+
+
 @dataclass
 class ModelReply:
     text: str
@@ -120,9 +128,7 @@ class LiteLLMModel:
         """Fail early, in one line, when the provider's key is missing; `otherwise` is the way out."""
         if self.offline:
             return
-        key = known_key(self.name)
-        if key and not os.environ.get(key):   # said before litellm's import (seconds), as validate_environment would
-            raise ModelError(f"model {self.name} needs {key} in the environment; set it, or {otherwise}")
+        check_known_key(self.name, otherwise)
         try:
             env = litellm().validate_environment(model=self.name)
         except Exception:  # noqa: BLE001 - an unknown provider: let the first call say what is wrong

@@ -124,7 +124,7 @@ def test_a_pin_is_said_once(tmp_path):
     assert said == ["pinned p1", "unpinned p1"], result.output   # "pinned p1" was said twice, "unpinned" by the REPL only
 
 
-def test_a_missing_key_of_a_well_known_provider_is_said_before_litellm_is_imported():
+def test_a_missing_key_of_a_well_known_provider_is_said_before_litellm_is_imported(tmp_path):
     """`pager chat --model gpt-4o-mini` without a key took ~8 s (litellm's import) to say the key is missing."""
     import subprocess
     import sys
@@ -135,6 +135,13 @@ def test_a_missing_key_of_a_well_known_provider_is_said_before_litellm_is_import
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["model gpt-4o-mini needs OPENAI_API_KEY in the environment; set it, or run without --model for "
                    "the offline memory shell", "False"], out
+    # the chat says it before it starts importing litellm beside opening the home (the check after waited for it)
+    chat = ("import io, os, sys\nos.environ.pop('OPENAI_API_KEY', None)\nfrom pager.cli.chat import run\n"
+            "from pager.config import Config\nfrom pager.errors import ModelError\n"
+            f"try:\n    run(Config(home={str(tmp_path / 'h')!r}, model='gpt-4o-mini', embedder='hash'), io.StringIO('hi\\n'))\n"
+            "except ModelError as exc:\n    print(exc)\nprint('litellm' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", chat], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-1] == "False" and "needs OPENAI_API_KEY" in out[0], out
 
 
 @pytest.mark.parametrize("args, needle", [(["--home", "", "sessions"], "the home is empty"),
