@@ -83,6 +83,7 @@ class Config:
     live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
+    supersede: bool = True       # a page saying a value changed ranks above the page it updates (search.Index.supersedes)
     max_steps: int = 8           # model calls per user message before the loop stops
     flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions

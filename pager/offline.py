@@ -14,7 +14,7 @@ import json
 import re
 from collections import deque
 
-from .search import QUESTION, QUOTE, echoes, piece_kind, terms
+from .search import PLAIN, QUESTION, QUOTE, about, echoes, piece_kind, terms, update_terms
 from .state import parse_statements
 
 BACK_REFERENCE = re.compile(
@@ -81,6 +81,7 @@ class OfflineShell:
             if overlap:
                 scored.append((overlap / (1 + 0.05 * len(have)) + (0.3 if changed else 0.1), f"fact {fact}", when,
                                text.strip()))
+        lines = []   # (score, page, date, line, the query words it holds, those its sentences of change hold), in order
         for page, date, body in _BLOCK.findall(system):
             bonus = 0.25 if page in ranked[:3] else 0.0  # pages the search ranked first
             for line in body.strip().splitlines():
@@ -89,10 +90,19 @@ class OfflineShell:
                 if kind == QUOTE or (kind == QUESTION and echoes(words, asked, _speaker_terms(line))):
                     continue   # its own earlier replies, and the question asked before, are not answers
                 have = set(words)
-                overlap = len(wanted & have)
+                overlap = wanted & have
                 if overlap:
                     weight = 0.5 if kind == QUESTION else 1.0   # a statement answers better than a question
-                    scored.append((weight * overlap / (1 + 0.05 * len(have)) + bonus, page, date.strip(), line.strip()))
+                    said = wanted.intersection(update_terms(line)) if kind == PLAIN else set()
+                    lines.append((weight * len(overlap) / (1 + 0.05 * len(have)) + bonus, page, date.strip(),
+                                  line.strip(), overlap - _speaker_terms(line), said - _speaker_terms(line)))
+        updated = _updated(lines, len(wanted))
+        if past:   # what was it before: an updated line above every line that updates it
+            for earlier, later in sorted(updated, reverse=True):
+                if lines[earlier][0] <= lines[later][0]:
+                    lines[earlier] = (lines[later][0] + 0.01, *lines[earlier][1:])
+        old = {earlier for earlier, _ in updated} if not past else set()
+        scored += [(score, page, date, line) for i, (score, page, date, line, _, _) in enumerate(lines) if i not in old]
         if not scored:
             return "I find nothing about that in memory. (offline memory shell: no LLM configured)"
         scored.sort(key=lambda x: -x[0])
@@ -105,6 +115,19 @@ class OfflineShell:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
         return text[0].upper() + text[1:]
+
+
+def _updated(lines: list[tuple], asked: int) -> set[tuple[int, int]]:
+    """(earlier, later) line positions where the later line updates the earlier, as search.Index.supersedes
+    pairs pieces: the later one says a value changed in a sentence holding the same words of the question as
+    the earlier line, all of them but at most one (search.about). An updated line does not answer what a value is now; it answers
+    what it was before."""
+    least = about(asked)
+    out = set()
+    for later, (_, _, _, _, _, said) in enumerate(lines):
+        if least and len(said) >= least:
+            out |= {(i, later) for i, x in enumerate(lines[:later]) if len(x[4] & said) >= least}
+    return out
 
 
 def _asks_for(wanted: set[str], key: str, value: str) -> bool:

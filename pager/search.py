@@ -14,6 +14,11 @@ Measured on the LoCoMo development split (BENCHMARKS.md), each of these choices 
 - importance (names, numbers, decisions, allergies on the page) breaks near-ties; recency is
   off by default (`recency_weight`): the frames and the eviction policy already keep what is
   recent, and on LoCoMo, where questions reach back uniformly, it costs recall;
+- a piece that says a value changed ("Update: the launch moved to April 10", "is now", "no longer",
+  "instead") puts its page above an earlier page it updates: one whose piece matched no query word
+  the update does not match too. BM25 prefers the shorter first statement, and the old value would be
+  paged in and answered (`supersedes`); asked what it was "before" (or "used to", "earlier"), the
+  earlier statement ranks above its update instead;
 - a deep search (many pages wanted, as when a large budget is filled) widens the query with
   terms of its own best pieces (pseudo-relevance feedback) and leans more on the vector
   signal: with dozens of frames to fill, breadth pays; with a handful, precision does, so
@@ -146,6 +151,41 @@ def echoes(words, query_words, names=frozenset()) -> bool:
         return False
     shared = len(own & wanted)
     return (shared >= 0.8 * len(own) and shared >= 0.8 * len(wanted)) or (shared >= 2 and len(own ^ wanted) <= 1)
+
+
+# -- updates: a later statement that changes a value --------------------------------------------------------
+# Said in plain text, an update names the subject again and says that its value changed: "Update: …",
+# "moved to", "pushed back to", "is now", "no longer", "instead of". A bare "now", "actually" or "changed"
+# is left out: in conversation they are mostly talk ("for a while now", "it changed my life"); on the LoCoMo
+# development split 128 turns held one of those words, and 12 one of these cues.
+UPDATE_CUE = re.compile(
+    r"^(?:[^:\n]{1,40}: )?(?:update|updated|correction|change of plans?)\b"
+    r"|\b(?:moved|changed|switched|shifted|postponed|rescheduled|delayed|raised|lowered|increased|reduced|upped|"
+    r"bumped|cut)\b[^.;:!?\n]{0,40}?\b(?:to|until)\b"
+    r"|\b(?:pushed back|brought forward|postponed|rescheduled|called off|cancell?ed|no longer|instead of|anymore)\b"
+    r"|\b(?:is|are|was|'s|’s|has been|have been) now\b"
+    r"|\bnow (?:is|are|lives?|works?|takes?|costs?|starts?|begins?|ends?|due)\b", re.I)
+# a question about an earlier value: the statement an update replaced ranks above the update instead
+ASKS_BEFORE = re.compile(r"\b(?:before|previous(?:ly)?|earlier|used to|formerly|originally)\b", re.I)
+
+
+def about(words: int) -> int:
+    """How many of a query's words (names aside) a statement holds to be about what the query asks: all
+    of two, all but one of three or more. A long question names many things, and a statement holding a
+    few of them is not about the same value as another that holds a few."""
+    return words - 1 if words >= 3 else words
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def update_terms(text: str) -> tuple[str, ...]:
+    """The terms of the sentences of a text that say something changed (UPDATE_CUE), () if none: what the
+    update is about. "My tournament got pushed back, so I tried out some cooking. Look at this coconut ice
+    cream!" updates the tournament, not the ice cream."""
+    if UPDATE_CUE.search(text) is None:
+        return ()
+    return tuple(t for sentence in _SENTENCE.split(text) if UPDATE_CUE.search(sentence) for t in terms(sentence))
 
 
 class Hit:
@@ -362,14 +402,14 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 6  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 7  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
     WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35,
-               "episode": 0.2, "recency": 0.0, "importance": 0.05}
+               "episode": 0.2, "recency": 0.0, "importance": 0.05, "update": 1.0}
     RECENCY_HALF_LIFE = 50       # pages
     DEEP = 24                    # pages wanted from which a search is deep
     DEEP_WEIGHTS = {"vector": 1.0}
@@ -389,6 +429,7 @@ class Index:
         self.piece_terms: list[tuple[str, ...]] = []   # each piece's own terms, for feedback
         self.piece_importance: list[float] = []
         self.piece_kind: list[int] = []          # PLAIN, QUESTION or QUOTE
+        self.piece_update: list[tuple[str, ...]] = []   # the terms of its sentences saying a value changed (update_terms)
         self.page_pieces: dict[int, list[int]] = {}
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
@@ -436,6 +477,7 @@ class Index:
             self.piece_ts.append(page.ts_first)
             self.piece_importance.append(page.importance)
             self.piece_kind.append(kind)
+            self.piece_update.append(update_terms(text) if kind == PLAIN else ())
             self.speakers.add(speaker)
             self.vocabulary.add_words(_vocabulary_words(low, tokens))
             ids.append(piece)
@@ -501,7 +543,12 @@ class Index:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         self.scored = fused   # every piece's score for this query: facts rank by the pieces they came from
-        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights)
+        # (page lifted, page it is put above), in the order applied: the oldest update first, so a second
+        # update rises above the first; asked what it was before, the earlier statement above its update
+        lifts = sorted(self.supersedes(fused, query_terms)) if weights["update"] > 0 else []
+        if lifts and ASKS_BEFORE.search(query):
+            lifts = sorted(((earlier, later) for later, earlier in lifts), reverse=True)
+        return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights, lifts)
 
     def _matched(self, query: str, embedder) -> tuple[dict[str, float], np.ndarray, set[str], np.ndarray]:
         """(the weighted query terms, their BM25 scores, the speakers named, the vector scores): the costly
@@ -561,6 +608,34 @@ class Index:
                 self._cache.setdefault("echoed", set()).add(piece)
         return fused
 
+    def supersedes(self, fused: np.ndarray, query_terms: list[str], pool: int = 64) -> list[tuple[int, int]]:
+        """(page of an update, page of an earlier statement it updates) among the best pieces: the update
+        says a value changed in a sentence (update_terms), both are plain statements on different pages, and
+        that sentence and the earlier piece hold the same words of the query (speakers' names aside), all
+        of them but at most one (`about`): the two are about what the query asks. The page of the update
+        then ranks above the other (_pages)."""
+        arrays = self._arrays()
+        update, kind = arrays["update"], arrays["kind"]
+        best = [p for p in top_k(fused, min(pool, len(fused))).tolist() if fused[p] > 0 and kind[p] == PLAIN]
+        if not any(update[p] for p in best):
+            return []
+        names = self._cache.get("speaker_terms")
+        if names is None:
+            names = self._cache["speaker_terms"] = {t for s in self.speakers for t in terms(s)}
+        wanted = set(query_terms) - names
+        least = about(len(wanted))
+        matched = {p: wanted.intersection(self.piece_terms[p]) for p in best}
+        pairs = []
+        for later in sorted(p for p in best if update[p]):
+            said = wanted.intersection(self.piece_update[later])   # the query's words in its sentences of change
+            if len(said) < least or not least:
+                continue
+            for earlier in best:
+                if (earlier < later and self.piece_page[earlier] != self.piece_page[later]
+                        and len(matched[earlier] & said) >= least):
+                    pairs.append((self.piece_page[later], self.piece_page[earlier]))
+        return pairs
+
     def _feedback(self, fused: np.ndarray, weighted: dict[str, float]) -> dict[str, float]:
         """Terms to add to the query: frequent in its best pieces, rare in the session (RM3-style)."""
         reads, count, weight = self.FEEDBACK
@@ -607,8 +682,8 @@ class Index:
         old = self._cache if have else None
         added = list(dict.fromkeys(self.piece_page[have:]))   # the new pages, in order
 
-        def grow(name: str, values: list, dtype) -> np.ndarray:
-            tail = np.array(values[have:], dtype=dtype)
+        def grow(name: str, values: list, dtype, convert=None) -> np.ndarray:
+            tail = np.array(values[have:] if convert is None else list(map(convert, values[have:])), dtype=dtype)
             return np.concatenate([old[name], tail]) if old is not None else tail
 
         position = old["position"] if old is not None else {}
@@ -620,6 +695,7 @@ class Index:
             "ts": grow("ts", self.piece_ts, np.float64),
             "importance": grow("importance", self.piece_importance, np.float32),
             "kind": grow("kind", self.piece_kind, np.int8),
+            "update": grow("update", self.piece_update, np.bool_, bool),
             "quotes": (old is not None and old["quotes"]) or QUOTE in self.piece_kind[have:],
             "page": grow("page", self.piece_page, np.float32),
             "numbers": np.concatenate([old["numbers"], np.array(added, dtype=np.int64)]) if old is not None
@@ -710,7 +786,7 @@ class Index:
         _, page = np.unique(pages, return_inverse=True)
         return float(np.bincount(page.reshape(-1), weights=weights).max())
 
-    def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights) -> list[Hit]:
+    def _pages(self, fused, signals, bookmark_hits, k, exclude, boosts, weights, lifts=()) -> list[Hit]:
         arrays = self._arrays()
         numbers, starts = arrays["numbers"], arrays["starts"]
         best = page_max = self._page_best(fused, arrays)
@@ -730,6 +806,12 @@ class Index:
         for n, value in boosts.items():
             if n in position:
                 score[position[n]] += value
+        lifted: dict[int, float] = {}
+        for up, over in lifts:
+            at, rival = position[up], score[position[over]]
+            if score[at] <= rival:
+                lifted[up] = lifted.get(up, 0.0) + float(rival - score[at]) + LIFT
+                score[at] = rival + LIFT
         for n in exclude:
             if n in position:
                 score[position[n]] = -np.inf
@@ -741,11 +823,14 @@ class Index:
         # the first best piece of each page; its explanation is made when first read (Hit.signals)
         pieces = self._first_best(fused, starts[top_pages], ends[top_pages], page_max[top_pages])
         top = numbers[top_pages].tolist()
-        explain = _Explanations(signals, top, pieces, arrays, episode[top_pages], marks[top_pages], boosts)
+        explain = _Explanations(signals, top, pieces, arrays, episode[top_pages], marks[top_pages], boosts, lifted)
         hits = [Hit(n, round(total, 4), None, piece, explain.maker(j))
                 for j, (n, total, piece) in enumerate(zip(top, score[top_pages].tolist(), pieces))]
         hits.sort(key=lambda h: (-h.score, -h.n))
         return hits
+
+
+LIFT = 1e-3   # how far an update's page is put above the page it updates: above it after rounding to 4 places
 
 
 class _Explanations:
@@ -754,11 +839,12 @@ class _Explanations:
     episode share, bookmark match and boost. Holds the search's arrays (none is changed after it)."""
 
     def __init__(self, signals: dict[str, np.ndarray], numbers: list[int], pieces: list[int], arrays: dict,
-                 episode: np.ndarray, marks: np.ndarray, boosts: dict[int, float]) -> None:
+                 episode: np.ndarray, marks: np.ndarray, boosts: dict[int, float],
+                 lifted: dict[int, float] | None = None) -> None:
         self.signals, self.numbers, self.pieces = dict(signals), numbers, pieces
         self.episode, self.marks = episode, marks
         self.kind, self.echoed = arrays["kind"], arrays["echoed"]   # this search's echoes (a set made per _demote)
-        self.boosts = dict(boosts)
+        self.boosts, self.lifted = dict(boosts), dict(lifted or {})
         self.made: list[dict[str, float]] | None = None
 
     def maker(self, j: int) -> Callable[[], dict[str, float]]:
@@ -782,6 +868,8 @@ class _Explanations:
                 parts["bookmark"] = round(marked, 4)
             if self.numbers[j] in self.boosts:
                 parts["boost"] = round(self.boosts[self.numbers[j]], 4)
+            if self.numbers[j] in self.lifted:   # ranked above an earlier page it updates (Index.supersedes)
+                parts["update"] = round(self.lifted[self.numbers[j]], 4)
             self.made.append(parts)
         return self.made
 

@@ -938,9 +938,10 @@ class Session:
         """Ranked pages for the query; the open tail page (not indexed until sealed) is matched by its words.
         depth: how many of the k hits will be paged in, when fewer (a search is deep or not by that)."""
         self.sync()
-        recency = self.home.config.recency_weight
+        cfg = self.home.config
+        weights = ({"recency": cfg.recency_weight} if cfg.recency_weight else {}) | ({} if cfg.supersede else {"update": 0.0})
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
-                                 self.clock(), boosts, {"recency": recency} if recency else None, depth)
+                                 self.clock(), boosts, weights or None, depth)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)

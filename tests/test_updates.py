@@ -1,0 +1,88 @@
+"""A value updated in plain text is answered with the new value; asked what it was before, the old one.
+
+The outside tester's first hour: "The product launch is on March 3." … "Update: the product launch
+moved to April 10." … "When is the product launch?" was answered "March 3": the shorter first
+statement ranked above the update (BM25's length norm), automatic paging faulted its page and
+evicted the update's, and the offline shell quoted the best-matching line, the old one."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+
+from conftest import ENV, answers, chat
+
+FILLER = [
+    "I had pasta with mushrooms for lunch, it was good.",
+    "Next week my sister visits from Lisbon with her kids.",
+    "We should book the team offsite venue before the end of the month.",
+    "The quarterly report needs two more charts about churn.",
+    "Remind me to water the ferns on the balcony.",
+    "The new intern starts on Monday and needs a laptop.",
+    "Our team retro ran long again, mostly about flaky tests.",
+    "I finished reading the novel about the lighthouse keeper.",
+]
+# (first statement, its update, a question about the value now, the new value, the old value, a question about before)
+VALUES = [
+    ("The product launch is on March 3.", "Update: the product launch moved to April 10.",
+     "When is the product launch?", "April 10", "March 3", "When was the product launch planned before?"),
+    ("Dana lives on Elm Street in Leeds.", "Dana moved to Bristol last month; she lives near the harbour now.",
+     "Where does Dana live?", "Bristol", "Leeds", "Where did Dana live before?"),
+    ("The grant application deadline is May 15.", "The grant application deadline was pushed back to June 1.",
+     "What is the grant application deadline?", "June 1", "May 15", "What was the grant application deadline before?"),
+    ("Grandpa takes 5 mg of amlodipine every morning.", "The doctor changed grandpa's amlodipine to 10 mg a day.",
+     "How much amlodipine does grandpa take?", "10 mg", "5 mg", "How much amlodipine did grandpa take before?"),
+]
+
+
+def conversation() -> list[str]:
+    """Every first statement, filler, then every update, more filler: the updates are pages later."""
+    return [v[0] for v in VALUES] + FILLER + [v[1] for v in VALUES] + FILLER[::-1]
+
+
+@pytest.fixture(scope="module")
+def told(tmp_path_factory):
+    home = tmp_path_factory.mktemp("updates")
+    chat(home, conversation(), session="u")
+    return home
+
+
+@pytest.mark.parametrize("budget", ["1024", "8192"])
+def test_the_shell_answers_the_updated_value(told, tmp_path, budget):
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(told, home)
+    questions = [v[2] for v in VALUES]
+    replies = answers(chat(home, questions, "--budget", budget, session="u"))
+    assert len(replies) == len(VALUES)
+    for (_, update, _, new, old, _), reply in zip(VALUES, replies):
+        assert update in reply and new in reply and old not in reply, (budget, reply)
+
+
+@pytest.mark.parametrize("budget", ["1024", "8192"])
+def test_asked_what_it_was_before_the_shell_answers_the_old_value(told, tmp_path, budget):
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(told, home)
+    replies = answers(chat(home, [v[5] for v in VALUES], "--budget", budget, session="u"))
+    for (first, _, _, _, old, _), reply in zip(VALUES, replies):
+        quoted = reply.split(" Also ")[0]   # the first quote answers; a second may give the update beside it
+        assert reply.startswith("From ") and first in quoted and old in quoted, (budget, reply)
+
+
+def _search(home, query: str) -> list[dict]:
+    result = CliRunner().invoke(app, ["--home", str(home), "search", query, "-s", "u", "-k", "5", "--json"], env=ENV)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["results"]
+
+
+def test_search_ranks_the_update_first_and_keeps_the_old_value_findable(told):
+    for first, update, now, _, _, before in VALUES:
+        found = _search(told, now)
+        assert update in found[0]["snippet"], (now, found[:2])
+        assert any(first in r["snippet"] for r in found), (now, found)   # the old value is still a hit
+        assert any(first in r["snippet"] for r in _search(told, before)[:2]), before
