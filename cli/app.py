@@ -344,7 +344,8 @@ def search(
 ) -> None:
     """Ranked pages for a query, then the facts, summaries and state it names, each marked with its kind.
 
-    Pages come with each signal's score and their bookmarks; superseded facts with their dates."""
+    Pages come with each signal's score and their bookmarks; superseded facts with their dates. A page
+    holding no word of the query, near it by meaning only, is marked weak ("weak": true in --json)."""
     import json
 
     if not query.strip():
@@ -358,12 +359,9 @@ def search(
     config = load_config(ctx, session=session)
     with open_home(config, read_only=True) as home:
         s = existing(home)
-        hits = s.search(query, k=k, record=False)
-        rows = [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals, "date": s.render.page_dates(h.n),
-                 "resident": s.table[h.n].resident, "bookmarks": s.directory.keywords(h.n)[:5],
-                 "snippet": s.render.snippet(h)} for h in hits]
-        from pager.views import tier_hits
+        from pager.views import page_hits, tier_hits
 
+        rows = page_hits(s, query, k)
         tiers = tier_hits(s, query, k)
         if json_out:
             typer.echo(json.dumps({"session": s.name, "query": query, "results": rows, "tiers": tiers},
@@ -378,10 +376,15 @@ def search(
             table.add_column(name, overflow="fold")
         for r in rows:
             signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
-            table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
-                          Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
+            table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}" + (" weak" if r["weak"] else ""),
+                          signals, r["date"], Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
         console = Console()
-        console.print(table if rows else Text(f"no page of session {s.name!r} matches {query!r}"))
+        if not rows or all(r["weak"] for r in rows):
+            console.print(Text(f"no page of session {s.name!r} matches {query!r}" + (
+                " by its words; the nearest by meaning, below, are weak" if rows else "")
+                + ". Try other words, a name or a date, or a bookmark keyword from `pager inspect`."))
+        if rows:
+            console.print(table)
         if tiers:
             other = Table(title=Text("in the memory tiers"), title_justify="left")
             for name in ("kind", "id", "score", "pages", "when", "text"):

@@ -84,6 +84,7 @@ class Config:
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     supersede: bool = True       # a page saying a value changed ranks above the page it updates (search.Index.supersedes)
+    weak_similarity: float = 0.4  # a search hit holding no word of the query and nearer than this by meaning only is weak; 0: none
     max_steps: int = 8           # model calls per user message before the loop stops
     flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions
@@ -134,6 +135,8 @@ class Config:
             raise ConfigError(f"state_share {self.state_share} must be in [0, 1)")
         if self.recency_weight < 0:
             raise ConfigError(f"recency_weight {self.recency_weight} must be 0 or more")
+        if not 0 <= self.weak_similarity < 1:
+            raise ConfigError(f"weak_similarity {self.weak_similarity} must be in [0, 1)")
         if self.lease_s <= 0 or self.lease_wait_s < 0 or self.lease_idle_s < 0:
             raise ConfigError(f"lease_s {self.lease_s} must be above 0, lease_wait_s {self.lease_wait_s} and "
                               f"lease_idle_s {self.lease_idle_s} 0 or more")

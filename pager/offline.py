@@ -24,7 +24,7 @@ BACK_REFERENCE = re.compile(
 )
 _BLOCK = re.compile(r"^\[(p\d+)(?: · ([^·\]]+))?[^\]]*\]\n((?:(?!\n\[p\d+).)*)", re.S | re.M)
 _RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
-_RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)[^\n]*?\): ([^\n]*)$", re.M)
+_RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)(?:, score [\d.]+(, weak)?)?[^\n]*?\): ([^\n]*)$", re.M)
 _BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|old|changed?)\b", re.I)
 _HISTORY = re.compile(r"^state [^\n]*; before: [^\n]*", re.M)
 _FACT = re.compile(r"^- (f\d+) \(([^)]*)\): ([^\n]+)$", re.M)
@@ -138,11 +138,13 @@ def _asks_for(wanted: set[str], key: str, value: str) -> bool:
 
 
 def _worth_reading(result: str, question: str) -> str:
-    """The page to page in after a search, or "" when none is worth a frame: the best of the first
-    two results that is not an echo (the question asked before, a reply quoting a page), and only
+    """The page to page in after a search, or "" when none is worth a frame (a weak one is not): the best
+    of the first two results that is not an echo (the question asked before, a reply quoting a page), and only
     when it is on disk: if the best is already resident, the answer is in view."""
     asked = terms(question)
-    for pid, where, snippet in _RESULT_LINE.findall(result)[:2]:
+    for pid, where, faint, snippet in _RESULT_LINE.findall(result)[:2]:
+        if faint:
+            return ""   # near by meaning only: no page holds a word of the question
         kind = piece_kind(snippet)
         if kind == QUOTE or (kind == QUESTION and echoes(terms(snippet), asked, _speaker_terms(snippet))):
             continue

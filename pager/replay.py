@@ -175,7 +175,8 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   map_tokens=extra.get("map_tokens", 0), autopage_share=extra.get("autopage_share", 0.9),
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
                   output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
-                  supersede=extra.get("supersede", False),   # traces recorded before updates ranked first: as they ran
+                  # traces recorded before updates ranked first, or weak hits were left out: as they ran
+                  supersede=extra.get("supersede", False), weak_similarity=extra.get("weak_similarity", 0.0),
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 

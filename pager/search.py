@@ -608,6 +608,10 @@ class Index:
                 self._cache.setdefault("echoed", set()).add(piece)
         return fused
 
+    def holds(self, n: int, words: set[str]) -> bool:
+        """Does page n hold one of these terms in its own text (not only in the piece before it)?"""
+        return any(words.intersection(self.piece_terms[p]) for p in self.page_pieces.get(n, ()))
+
     def supersedes(self, fused: np.ndarray, query_terms: list[str], pool: int = 64) -> list[tuple[int, int]]:
         """(page of an update, page of an earlier statement it updates) among the best pieces: the update
         says a value changed in a sentence (update_terms), both are plain statements on different pages, and
@@ -828,6 +832,22 @@ class Index:
                 for j, (n, total, piece) in enumerate(zip(top, score[top_pages].tolist(), pieces))]
         hits.sort(key=lambda h: (-h.score, -h.n))
         return hits
+
+
+# signals that say a hit matched the query itself: a bookmark, a speaker it names, a date in its span, the open
+# tail's words (bm25 is not one: the query is widened to the session's words near its own, and a nonsense
+# word has neighbours too)
+MATCHED = ("bookmark", "speaker", "date", "tail")
+
+
+def is_weak(hit: Hit, holds: bool, similarity: float) -> bool:
+    """A hit is weak when nothing of the query is on its page (`holds`: a word of it; or a bookmark, speaker
+    or date it names) and its best piece is near the query by meaning below `similarity`. A vector search
+    always has a nearest page; for "xyzzy plugh" it is no answer."""
+    signals = hit.signals
+    if holds or any(signals.get(name, 0) > 0 for name in MATCHED):
+        return False
+    return signals.get("vector", 0.0) < similarity
 
 
 LIFT = 1e-3   # how far an update's page is put above the page it updates: above it after rounding to 4 places

@@ -279,13 +279,9 @@ class Server:
         k = int(raw_k)
 
         def run(s):
-            from .views import tier_hits
+            from .views import page_hits, tier_hits
 
-            hits = s.search(query, k=k, record=False)
-            return [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals,
-                     "date": s.render.page_dates(h.n), "resident": s.table[h.n].resident,
-                     "bookmarks": s.directory.keywords(h.n)[:5], "snippet": s.render.snippet(h)} for h in hits
-                    ], tier_hits(s, query, k)
+            return page_hits(s, query, k), tier_hits(s, query, k)
 
         rows, tiers = await self.engine.run(self._existing, tenant, name, run)
         return JSONResponse({"session": name, "query": query, "results": rows, "tiers": tiers})

@@ -20,7 +20,7 @@ from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
-from .search import QUESTION, QUOTE, Hit, Index, echoes, label_time, piece_kind, terms
+from .search import QUESTION, QUOTE, Hit, Index, echoes, is_weak, label_time, piece_kind, terms
 from .facts import Draft, Fact, Facts, fact_record
 from .state import Change, State, check as check_state
 from .store import Batch, fact_from
@@ -948,6 +948,15 @@ class Session:
             self.events.emit_with("search", lambda: {"query": query, "results": [
                 {"page": h.id, "score": h.score, **h.signals} for h in hits]})
         return hits
+
+    def weak(self, query: str, hits: list[Hit]) -> list[bool]:
+        """Which hits are weak (search.is_weak): no word of the query on the page, and near it by meaning only
+        below `weak_similarity` (0: none is). The search CLI, the REST search and the search tool say so."""
+        floor = self.home.config.weak_similarity
+        if floor <= 0:
+            return [False] * len(hits)
+        wanted = set(terms(query))
+        return [is_weak(h, h.n != self.tail_n and self.index.holds(h.n, wanted), floor) for h in hits]
 
     def _tail_hit(self, query: str) -> Hit | None:
         query_terms = terms(query)

@@ -126,6 +126,17 @@ def summaries_table(session: Session, key: str = "") -> Table:
     return table
 
 
+def page_hits(session: Session, query: str, k: int = 8) -> list[dict]:
+    """The pages a search finds, as `pager search --json` and the REST search give them: each with its score,
+    signals, date, residency, bookmarks, best piece, and `weak` (no word of the query on it, near it by
+    meaning only: Session.weak)."""
+    hits = session.search(query, k=k, record=False)
+    return [{"kind": "page", "page": h.id, "score": h.score, "signals": h.signals, "date": session.render.page_dates(h.n),
+             "resident": session.table[h.n].resident, "bookmarks": session.directory.keywords(h.n)[:5],
+             "snippet": session.render.snippet(h), "weak": weak}
+            for h, weak in zip(hits, session.weak(query, hits))]
+
+
 def tier_hits(session: Session, query: str, k: int = 8) -> list[dict]:
     """What a search finds besides pages, each row marked with its kind: facts (superseded ones
     with their dates), current summaries (with the pages they cover), and working-state changes."""

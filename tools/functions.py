@@ -40,11 +40,18 @@ def search(session: Session, query: str, k: int = 5) -> str:
     history = _state_history(session, query)
     if not hits:
         return "\n".join(history + [f"no page matches {query!r}; try other words or a bookmark keyword from the memory map"])
-    lines = history + [f"{len(hits)} page(s) for {query!r}:"]
-    for hit in hits:
+    weak = session.weak(query, hits)
+    if all(weak):
+        head = (f"no page matches {query!r} by its words. The {len(hits)} nearest by meaning, weak (read one before "
+                "relying on it, or try other words, a name, a date or a bookmark keyword):")
+    else:
+        head = f"{len(hits)} page(s) for {query!r}" + (f" ({sum(weak)} weak: no word of the query, near by meaning only)"
+                                                      if any(weak) else "") + ":"
+    lines = history + [head]
+    for hit, faint in zip(hits, weak):
         where = "resident" if session.table[hit.n].resident else "on disk"
         marks = ", ".join(session.directory.keywords(hit.n)[:4])
-        lines.append(f"- p{hit.n} ({session.render.page_dates(hit.n)}, {where}, score {hit.score:.2f}"
+        lines.append(f"- p{hit.n} ({session.render.page_dates(hit.n)}, {where}, score {hit.score:.2f}{', weak' if faint else ''}"
                      f"{', bookmarks: ' + marks if marks else ''}): {session.render.snippet(hit, SNIPPET_CHARS)}")
     return "\n".join(lines)
 
