@@ -86,3 +86,22 @@ def test_search_ranks_the_update_first_and_keeps_the_old_value_findable(told):
         assert update in found[0]["snippet"], (now, found[:2])
         assert any(first in r["snippet"] for r in found), (now, found)   # the old value is still a hit
         assert any(first in r["snippet"] for r in _search(told, before)[:2]), before
+
+
+def test_a_trace_of_updates_replays_exactly_and_needs_its_recorded_setting(tmp_path):
+    """The ranking is recorded as a setting (session_start's config "supersede"): a trace made with it
+    replays exactly; read as a trace from before it (the key removed), the searches come out otherwise,
+    which is why replay runs traces without the key with the ranking off."""
+    home = tmp_path / "h"
+    chat(home, conversation() + [v[2] for v in VALUES], "--budget", "1024", session="u")
+    trace = next((home / "traces").glob("u-*.jsonl"))
+    replayed = CliRunner().invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV)
+    assert replayed.exit_code == 0, replayed.output
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    start = next(e for e in lines if e["kind"] == "session_start")
+    assert start["config"]["supersede"] is True
+    del start["config"]["supersede"]
+    older = tmp_path / "older.jsonl"
+    older.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    diverged = CliRunner().invoke(app, ["--home", str(tmp_path / "r"), "replay", str(older), "--check"], env=ENV)
+    assert diverged.exit_code == 1 and "diverged" in diverged.output, diverged.output
