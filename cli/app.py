@@ -209,15 +209,16 @@ def ingest(
             groups = {(session or c.sample_id): c.messages for c in conversations}
     else:
         raise PagerError(f"unknown format {format!r}; use --format jsonl or --format locomo")
-    from pager.formats import keyed
+    from pager.formats import carry_dates, keyed
 
     started = time.perf_counter()
     with open_home(config) as home:
         home.writer  # noqa: B018 - with --bookmark-model or --memory-model, a missing key stops here, before any turn is accepted
         sessions = {name: home.open(name) for name in groups}
         # one transaction for the whole file: every line of every session durable at once, or none;
-        # keyed by line, so running the same file again adds nothing twice
-        accepted = home.accept({sessions[name]: keyed(messages) for name, messages in groups.items()})
+        # keyed by line, so running the same file again adds nothing twice; an undated line then takes the
+        # day of the dated line before it (keys come from the file's own fields: older imports keep theirs)
+        accepted = home.accept({sessions[name]: carry_dates(keyed(messages)) for name, messages in groups.items()})
         for name, s in sessions.items():
             added = accepted.new[s]
             known = len(groups[name]) - added

@@ -113,6 +113,25 @@ def keyed(messages: list[dict]) -> list[dict]:
     return out
 
 
+def carry_dates(messages: list[dict]) -> list[dict]:
+    """Undated lines among dated ones take the day of the dated line before them (the lines before the
+    first dated one, its day): a note pasted into a dated log happened that day, not on the day it was
+    imported. Its "date" and "ts" are those of that line. A file with no date at all is left as it is
+    (its lines are dated when they are imported). Applied after `keyed`: a line's key is made from the
+    file's own fields, so files imported before this keep their keys and are not imported twice."""
+    dated = [i for i, m in enumerate(messages) if m.get("date") or m.get("ts") is not None]
+    if not dated or len(dated) == len(messages):
+        return messages
+    out, source = [], messages[dated[0]]
+    for m in messages:
+        if m.get("date") or m.get("ts") is not None:
+            source = m
+            out.append(m)
+        else:
+            out.append({**m, **{k: source[k] for k in ("date", "ts") if source.get(k) not in (None, "")}})
+    return out
+
+
 # -- LoCoMo ----------------------------------------------------------------------------------------------
 _LOCOMO_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
 _EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
