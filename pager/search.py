@@ -14,11 +14,13 @@ Measured on the LoCoMo development split (BENCHMARKS.md), each of these choices 
 - importance (names, numbers, decisions, allergies on the page) breaks near-ties; recency is
   off by default (`recency_weight`): the frames and the eviction policy already keep what is
   recent, and on LoCoMo, where questions reach back uniformly, it costs recall;
-- a piece that says a value changed ("Update: the launch moved to April 10", "is now", "no longer",
-  "instead") puts its page above an earlier page it updates: one whose piece matched no query word
-  the update does not match too. BM25 prefers the shorter first statement, and the old value would be
-  paged in and answered (`supersedes`); asked what it was "before" (or "used to", "earlier"), the
-  earlier statement ranks above its update instead;
+- a piece with a sentence saying a value changed ("Update: the launch moved to April 10", "is now",
+  "no longer") puts its page just above an earlier page it updates, one holding the same words of
+  the query as that sentence (`supersedes`): BM25 prefers the shorter first statement, and the old
+  value would be paged in and answered. Asked what it was "before" (or "used to", "earlier"), the
+  earlier statement ranks above its update instead. On LoCoMo no question pairs two such pieces;
+- a hit whose page holds no word of the query, near it by meaning only, is weak (`is_weak`): the
+  ranking is the same, the search CLI and tool say so;
 - a deep search (many pages wanted, as when a large budget is filled) widens the query with
   terms of its own best pieces (pseudo-relevance feedback) and leans more on the vector
   signal: with dozens of frames to fill, breadth pays; with a handful, precision does, so
@@ -157,7 +159,7 @@ def echoes(words, query_words, names=frozenset()) -> bool:
 # Said in plain text, an update names the subject again and says that its value changed: "Update: …",
 # "moved to", "pushed back to", "is now", "no longer", "instead of". A bare "now", "actually" or "changed"
 # is left out: in conversation they are mostly talk ("for a while now", "it changed my life"); on the LoCoMo
-# development split 128 turns held one of those words, and 12 one of these cues.
+# development split 128 turns held one of those words, and 8 one of these cues.
 UPDATE_CUE = re.compile(
     r"^(?:[^:\n]{1,40}: )?(?:update|updated|correction|change of plans?)\b"
     r"|\b(?:moved|changed|switched|shifted|postponed|rescheduled|delayed|raised|lowered|increased|reduced|upped|"
@@ -409,7 +411,8 @@ class Index:
     """The pieces of one session's pages: BM25 with context, vectors, speakers, dates."""
 
     WEIGHTS = {"bm25": 1.0, "vector": 0.5, "speaker": 0.2, "date": 0.5, "bookmark": 0.3, "neighbour": 0.35,
-               "episode": 0.2, "recency": 0.0, "importance": 0.05, "update": 1.0}
+               "episode": 0.2, "recency": 0.0, "importance": 0.05,
+               "update": 1.0}            # a switch, not a weight: 0 turns `supersedes` off (Config.supersede)
     RECENCY_HALF_LIFE = 50       # pages
     DEEP = 24                    # pages wanted from which a search is deep
     DEEP_WEIGHTS = {"vector": 1.0}
