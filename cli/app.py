@@ -376,9 +376,9 @@ def search(
         for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
             table.add_column(name, overflow="fold")
         for r in rows:
-            signals = " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
-            table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}" + (" weak" if r["weak"] else ""),
-                          signals, r["date"], Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
+            signals = ("weak " if r["weak"] else "") + " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
+            table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
+                          Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
         console = Console()
         if not rows or all(r["weak"] for r in rows):
             console.print(Text(f"no page of session {s.name!r} matches {query!r}" + (
