@@ -263,9 +263,14 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             table = Table(title=Text(f"search {arg!r}"), title_justify="left")
             for col in ("page", "score", "signals", "best piece"):
                 table.add_column(col, overflow="fold")
-            for hit in session.search(arg, k=8):
+            hits = session.search(arg, k=8)
+            weak = session.weak(arg, hits)
+            for hit, faint in zip(hits, weak):
                 table.add_row(hit.id + (" *" if session.table[hit.n].resident else ""), f"{hit.score:.2f}",
-                              " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()), Text(session.render.snippet(hit, 100)))
+                              ("weak " if faint else "") + " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()),
+                              Text(session.render.snippet(hit, 100)))
+            if hits and all(weak):
+                console.print(f"no page matches {arg!r} by its words; the nearest by meaning, below, are weak")
             console.print(table)
         elif name == "/stats":
             console.print(stats_line(session, printer))
