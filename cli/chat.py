@@ -270,7 +270,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
                               ("weak " if faint else "") + " ".join(f"{k}={v:.2f}" for k, v in hit.signals.items()),
                               Text(session.render.snippet(hit, 100)))
             if hits and all(weak):
-                console.print(f"no page matches {arg!r} by its words; the nearest by meaning, below, are weak")
+                console.print(Text(f"no page matches {arg!r} by its words; the nearest by meaning, below, are weak"))
             console.print(table)
         elif name == "/stats":
             console.print(stats_line(session, printer))
