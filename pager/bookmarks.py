@@ -13,6 +13,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Iterable
 
 import numpy as np
 
@@ -216,6 +217,14 @@ class Directory:
     index: dict[str, set[int]] = field(default_factory=dict)
     uids: set[str] = field(default_factory=set)
     _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, marks: Iterable["Bookmark"]) -> "Directory":
+        """The directory a session's stored bookmarks make, in their order."""
+        directory = cls()
+        for mark in marks:
+            directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+        return directory
 
     def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
             uid: str = "", first: bool = False) -> None:

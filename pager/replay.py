@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .bookmarks import Bookmark, Directory
 from .config import Config
 from .embed import trace_embedder
 from .errors import InputError, PagerError
@@ -374,6 +375,8 @@ def _resume(session, event: dict, policy: str | None) -> None:
     if policy:  # a what-if replay keeps its own policy (and CLOCK starts its hand at frame 0)
         state.update(policy=policy, hand=0)
     session.load_paging_state(state)
+    if "bookmarks" in event:   # the recording's directory, not the one loading the turns at this budget made
+        session.directory = Directory.of(map(Bookmark.from_dict, event["bookmarks"]))
     session.state.take([Change.from_record(c) for c in event.get("changes", [])])
     session._keep_facts([fact_from(f) for f in event.get("facts", [])], event="")
     session._keep_summaries([summary_from(x) for x in event.get("summaries", [])], event="")

@@ -157,8 +157,7 @@ class Session:
                 pages, vectors = pages[:k], vectors[:k]
             for page, vector in zip(pages, vectors):
                 self._index_page(page, vector)
-        for mark in store.bookmarks(self.user, self.name):
-            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+        self.directory = bm.Directory.of(store.bookmarks(self.user, self.name))
         self.packer.next_n = (pages[-1].n + 1) if pages else 1
         if pages:  # the packer resumes where the last sealed page ended, maybe inside a turn
             turn, _, end = pages[-1].spans[-1]

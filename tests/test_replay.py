@@ -147,3 +147,26 @@ def test_a_trace_cut_by_a_crash_is_still_readable(tmp_path):
         list(read_trace(damaged))
     result = runner.invoke(app, ["replay", str(damaged), "--check"])
     assert result.exit_code != 0 and "damaged.jsonl:6" in result.output and "Traceback" not in result.output
+
+
+def test_a_session_resumed_at_a_smaller_budget_replays_exactly(tmp_path):
+    """A session that never evicted at 8192 tokens, resumed at 1024: the recording's pages have no
+    automatic bookmarks yet (they are made at a page's first eviction), while loading the snapshot at
+    the smaller budget evicts, and bookmarks, as it goes. The snapshot carries the recording's
+    bookmarks, and replay starts from them."""
+    import json
+
+    from conftest import ENV, chat
+    from test_updates import VALUES, conversation
+
+    home = tmp_path / "h"
+    chat(home, conversation(), "--budget", "8192", session="u")
+    for old in (home / "traces").glob("u-*.jsonl"):
+        old.unlink()
+    chat(home, [v[2] for v in VALUES], "--budget", "1024", session="u")
+    trace = next((home / "traces").glob("u-*.jsonl"))
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert any(e["kind"] == "bookmark" and e["source"] == "auto" for e in events)   # the first evictions here
+    replayed = CliRunner().invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV)
+    assert replayed.exit_code == 0, replayed.output
+    assert next(e for e in events if e["kind"] == "snapshot")["bookmarks"] == []
