@@ -14,7 +14,7 @@ import json
 import re
 from collections import deque
 
-from .search import PLAIN, QUESTION, QUOTE, about, echoes, piece_kind, terms, update_terms
+from .search import PLAIN, QUESTION, QUOTE, SHELL_NOTE, about, echoes, piece_kind, terms, update_terms
 from .state import parse_statements
 
 BACK_REFERENCE = re.compile(
@@ -43,7 +43,8 @@ class OfflineShell:
             return {"content": None, "tool_calls": [_tool_call("state_set", {"key": k, "value": v}, f"call_1_state_{i}")
                                                     for i, (k, v) in enumerate(statements)]}
         if exchanges and all(name == "state_set" for name, _ in exchanges):
-            return {"content": "Noted, and kept in the working state: " + "; ".join(r for _, r in exchanges)}
+            return {"content": "Noted, and kept in the working state: " + "; ".join(r for _, r in exchanges)
+                    + f" {SHELL_NOTE})"}   # marked as the shell's own, so no later answer quotes it back
         if not exchanges and BACK_REFERENCE.search(question) and "search" in names:
             return _call("search", {"query": question, "k": 3}, 1)
         if len(exchanges) == 1 and exchanges[0][0] == "search" and _BEFORE.search(question):

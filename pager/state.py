@@ -132,15 +132,18 @@ class State:
 
 # -- what the offline shell may take as a statement of state -------------------------------------------------
 _VALUE = r"([^?!\n]{1,120}?)"
+_LABELLED = re.compile(r"^\s*(?:set\s+)?([a-z][a-z' -]{0,30}?)\s*:\s+([^?!\n]{1,40}?)\s*$", re.I)  # a short value only
 _STATEMENTS = [
     re.compile(r"^\s*remember(?: that)?\s*[:,-]?\s*(?:my\s+)?([a-z][\w' -]{0,40}?)\s+(?:is|are|=)\s+" + _VALUE + r"\s*[.!]?\s*$", re.I),
     re.compile(r"^\s*my\s+([a-z][\w' -]{0,40}?)\s+(?:is|are)\s+(?:now\s+)?" + _VALUE + r"\s*[.!]?\s*$", re.I),
-    re.compile(r"^\s*(?:set\s+)?([a-z][a-z' -]{0,30}?)\s*:\s+([^?!\n]{1,40}?)\s*$", re.I),  # a short value only
+    _LABELLED,
 ]
 _HEDGES = re.compile(r"\b(not|maybe|might|perhaps|probably|think|thinks|guess|if|was|were|used to|no longer|"
                      r"going to|will be|would|could|should|isn't|aren't|wasn't)\b", re.I)
 _NOT_VALUES = re.compile(r"(called|named|going|getting|coming|doing|being|looking|feeling|trying|working|so|too|very)\b",
                          re.I)  # "the boat is called X", "my week is going well": a story, not a value
+# "my sister is visiting next week": after "is", an event, not a value ("King Street", "Product: standing desk" stay)
+_PROGRESSIVE = re.compile(r"[a-z]+ing\s+\S")
 # "Biscuit and she is a beagle", "12 Main St, and I moved in May": the value ends where a clause of its own
 # starts (a conjunction and a pronoun); "Simon and Garfunkel" stays whole
 _CLAUSE = re.compile(r"\s*,?\s+(?:and|but|so|because)\s+(?:i|i'm|i've|we|you|he|she|it|they|it's|she's|he's|that)\b", re.I)
@@ -165,7 +168,7 @@ def parse_statements(text: str) -> list[tuple[str, str]]:
                 continue
             key, value = normal_key(m.group(1)), _CLAUSE.split(m.group(2), 1)[0].strip().rstrip(".!,;").strip()
             if (not key or key.split()[0] in _NOT_KEYS or len(key.split()) > 4 or not value or len(value.split()) > 12
-                    or _NOT_VALUES.match(value)):
+                    or _NOT_VALUES.match(value) or (_PROGRESSIVE.match(value) and pattern is not _LABELLED)):
                 break
             out[key] = value
             break

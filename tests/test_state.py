@@ -143,6 +143,10 @@ def test_inspect_json_has_the_state(tmp_path):
     ("My dog's name is Biscuit and she is a beagle.", [("dog's name", "Biscuit")]),
     ("My address is 12 Main St, and I moved in in May", [("address", "12 Main St")]),
     ("My favourite band is Simon and Garfunkel", [("favourite band", "Simon and Garfunkel")]),
+    ("My sister is visiting next week from Lisbon.", []),
+    ("My brother is moving to Oslo in June", []),
+    ("My address is King Street 12", [("address", "King Street 12")]),
+    ("My hobby is painting", [("hobby", "painting")]),
 ])
 def test_the_offline_parser_takes_only_plain_statements(text, expected):
     assert parse_statements(text) == expected
@@ -192,3 +196,17 @@ def test_the_offline_shell_answers_from_the_state_only_for_the_key_asked():
     assert shell.answer("What is my dog's name?", system).startswith("From the state: “dog's name: Biscuit")
     assert shell.answer("Who is Biscuit?", system).startswith("From the state: “dog's name: Biscuit")
     assert shell.answer("Which flight number do I have?", system).startswith("From the state: “flight number")
+
+
+def test_the_offline_shell_never_quotes_its_own_state_replies_back(tmp_path):
+    """An outsider asked what was noted and got the shell's own "Noted, and kept in the working state"
+    reply as the answer: the reply is marked as the shell's, like its other replies."""
+    script = "My home city is Paris.\nMy sister is visiting next week from Lisbon.\nWhat did you note?\nWho is visiting?\n"
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "own"], input=script,
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    noted, visiting = output.split("you> What did you note?")[1].split("you> Who is visiting?")
+    assert "kept in the working state" not in noted.split("pager>")[1], noted
+    assert "state 'sister'" not in output                 # a visit is an event, not a value
+    assert "My sister is visiting next week from Lisbon" in visiting, visiting
