@@ -33,6 +33,7 @@ class Renderer:
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, header, tokens)
         self._map_count: tuple[str, int] | None = None
+        self._tail_count: tuple[str, str, int] | None = None   # the open tail's last block, separator, tokens
         self._message_count: tuple[str, int] | None = None
         self._fixed: tuple[int, int, int, int, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
@@ -189,8 +190,11 @@ class Renderer:
         other non-space character (a speaker's name, a "(date)" marker) starts a pre-token of its
         own, and BPE never merges across pre-tokens. Other bodies are counted whole. So a page's
         body costs the tokenizer once, however often its header changes (bookmarks are added)."""
-        if n == self.s.tail_n:
-            return self.s.tokenizer.count(block + separator)
+        if n == self.s.tail_n:   # the open tail: counted whole, the last one kept (every step of a turn shows it)
+            held = self._tail_count
+            if held is None or held[0] != block or held[1] != separator:
+                held = self._tail_count = (block, separator, self.s.tokenizer.count(block + separator))
+            return held[2]
         cached = self._block_costs.get(n)
         if cached and cached[0] == header:
             return cached[1]
@@ -232,6 +236,10 @@ class Renderer:
             held = self._map_count = (text, self.s.tokenizer.count(text))
         return held[1]
 
+    def map_counted(self, text: str, tokens: int) -> None:
+        """Keep a memory map's exact count, made by render_map from its parts, for count_map."""
+        self._map_count = (text, tokens)
+
     def line_tokens(self, line: str) -> int:
         """Tokens of a text counted again and again (a memory-map line, a header's part), cached: the map
         lists the same pages' bookmarks turn after turn, headers repeat their dates and bookmarks."""
@@ -250,13 +258,15 @@ class Renderer:
         return held[1]
 
     def list_tokens(self, title: str, lines: list[str], separator: str) -> int:
-        """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block)
-        as a sum of cached counts: the title with its newline, each line with its newline, the last
-        with the separator. The sum is exact when every line starts with "-": in the tiktoken
-        encodings pager uses (cl100k, o200k) no pre-token runs from a newline into a following "-"
-        (a newline only ends a pre-token, or joins whitespace), and BPE never merges across
-        pre-tokens. Any other line makes it count the whole text."""
-        if not all(line[:1] == "-" for line in lines):
+        """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block,
+        the memory map) as a sum of cached counts: the title with its newline, each line with its
+        newline, the last with the separator. The sum is exact when every line starts clean, with
+        neither whitespace nor "/" (a fact or summary line's "-", a map line, a notice): in the
+        tiktoken encodings pager uses (cl100k, o200k) no pre-token runs from a newline into such a
+        character (a newline only ends a pre-token, or joins whitespace before it, or, in o200k, a
+        "/" after it), and BPE never merges across pre-tokens. Any other line makes it count the
+        whole text."""
+        if not all(map(starts_clean, lines)):
             return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
         if not lines:
             return self.line_tokens(title + separator)
