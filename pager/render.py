@@ -31,7 +31,7 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
-        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, header, tokens)
+        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, block, tokens)
         self._map_count: tuple[str, int] | None = None
         self._tail_count: tuple[str, str, int] | None = None   # the open tail's last block, separator, tokens
         self._message_count: tuple[str, int] | None = None
@@ -53,22 +53,26 @@ class Renderer:
 
     def block(self, n: int, separator: str, hide_turn: int = 0) -> tuple[str, int] | None:
         """Page n's block (header, newline, body) and its tokens with the separator after it (None if
-        nothing of it is shown). A sealed page's header and count are kept while its bookmarks are the
-        same (its body and date never change), so a page shown again costs a lookup and a join."""
-        sealed = n != self.s.tail_n and not hide_turn
-        if sealed:
-            keywords = tuple(self.s.directory.keywords(n)[:4])
-            held = self._blocks.get(n)
-            if held is not None and held[0] == keywords and held[1] == separator:
-                return held[2] + "\n" + self.s.pages[n].text, held[3]
-        body = self.body(n, hide_turn)
-        if body is None:
-            return None
+        nothing of it is shown). A sealed page's block and count are kept while its bookmarks are the
+        same (its body and date never change), so a page shown again costs a lookup. The current
+        message's turn (hide_turn) hides only a page holding nothing else: other sealed pages are
+        their text, and keep their block, in every step of a turn."""
+        page = self.s.pages.get(n) if n != self.s.tail_n else None
+        if page is None or (hide_turn and all(t == hide_turn for t, _, _ in page.spans)):
+            body = self.body(n, hide_turn)
+            if body is None:
+                return None
+            header = self.header(n)
+            block = header + "\n" + body
+            return block, self.block_tokens(n, header, block, separator)
+        keywords = tuple(self.s.directory.keywords(n)[:4])
+        held = self._blocks.get(n)
+        if held is not None and held[0] == keywords and held[1] == separator:
+            return held[2], held[3]
         header = self.header(n)
-        block = header + "\n" + body
+        block = header + "\n" + page.text
         cost = self.block_tokens(n, header, block, separator)
-        if sealed:
-            self._blocks[n] = (keywords, separator, header, cost)
+        self._blocks[n] = (keywords, separator, block, cost)
         return block, cost
 
     def page_dates(self, n: int) -> str:
