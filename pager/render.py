@@ -276,7 +276,20 @@ class Renderer:
             return self.line_tokens(title + separator)
         cost = self.line_tokens(title + "\n") + self.line_tokens(lines[-1] + separator)
         for line in lines[:-1]:
-            cost += self.line_tokens(line + "\n")
+            cost += self._with_newline(line)
+        return cost
+
+    def _with_newline(self, line: str) -> int:
+        """Tokens of line + "\n", cached like line_tokens; from the line's own cached count when there
+        is one (the memory map counts each line to fit it), by Tokenizer.count_extended."""
+        key = line + "\n"
+        cost = self._line_costs.get(key)
+        if cost is None:
+            own = self._line_costs.get(line)
+            cost = self.s.tokenizer.count_extended(line, own, "\n") if own is not None else self.s.tokenizer.count(key)
+            if len(self._line_costs) > 100_000:
+                self._line_costs.clear()
+            self._line_costs[key] = cost
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:

@@ -111,6 +111,10 @@ def test_lines_that_start_clean_count_as_the_sum_of_their_lines(title, lines, se
     assert renderer.list_tokens(title, lines, separator) == tokenizer.count("\n".join([title, *lines]) + separator)
     clean = [line for line in lines if starts_clean(line)]
     assert renderer.list_tokens(title, clean, separator) == tokenizer.count("\n".join([title, *clean]) + separator)
+    counted = Renderer(SimpleNamespace(tokenizer=tokenizer))   # each line's own count known, as the map's are
+    for line in clean:
+        counted.line_tokens(line)
+    assert counted.list_tokens(title, clean, separator) == tokenizer.count("\n".join([title, *clean]) + separator)
 
 
 def test_the_open_tails_count_follows_the_tail(tmp_path):
