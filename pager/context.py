@@ -761,26 +761,32 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
         if upcoming:
             notice = render("pressure", policy=session.policy.name, next=", ".join(f"p{n}" for n in upcoming))
     resident = session.resident()
-    text = render("memory_map", used=used, frames=frames, pressure=round(100 * pressure), pages=len(session.pages),
+    head = render("memory_map", used=used, frames=frames, pressure=round(100 * pressure), pages=len(session.pages),
                   turns=session.turn_count).rstrip("\n")
-    if count(text) > reserve:
-        return session.tokenizer.fit(text, reserve)
-    if notice and count(text + "\n" + notice) <= reserve:
-        text += "\n" + notice.rstrip("\n")
-    rolling = rolling_line(session, reserve - count(text + "\n"))
-    if rolling and count(text + rolling) <= reserve:
-        text += rolling
+    if count(head) > reserve:
+        return session.tokenizer.fit(head, reserve)
+    # the map is "\n".join([head, *parts]): counted as the sum of its lines' cached counts
+    # (Renderer.list_tokens, exact as each line starts clean), so only a line new to it is counted
+    parts: list[str] = []
+
+    def tokens(*more: str, end: str = "") -> int:
+        return session.render.list_tokens(head, [*parts, *more], end)
+    if notice and tokens(notice) <= reserve:
+        parts.append(notice.rstrip("\n"))
+    rolling = rolling_line(session, reserve - tokens(end="\n"))
+    if rolling and tokens(rolling[1:]) <= reserve:
+        parts.append(rolling[1:])
     title = "bookmarks of pages on disk (page_in an id or keyword):"
-    if count(text + "\n" + title) + 12 <= reserve:
-        text += "\n" + title
+    if tokens(title) + 12 <= reserve:
+        parts.append(title)
     else:
-        return text
+        return "\n".join([head, *parts])
     resident_set = set(resident)
     order = [n for n in focus if n not in resident_set]
     first = set(order)
     recent = (n for n in session.render.newest_first() if n not in resident_set and n not in first)
     lines: list[str] = []
-    budget = reserve - count(text)
+    budget = reserve - tokens()
     for n in itertools.chain(order, recent):
         keywords = session.directory.keywords(n)
         if not keywords:
@@ -792,10 +798,12 @@ def render_map(session: Session, reserve: int, focus: list[int]) -> str:
             break
         lines.append(line)
         budget -= cost
-    full = text + ("\n" + "\n".join(lines) if lines else "")
-    while lines and session.render.count_map(full) > reserve:
+    total = tokens(*lines)
+    while lines and total > reserve:
         lines.pop()
-        full = text + ("\n" + "\n".join(lines) if lines else "")
+        total = tokens(*lines)
+    full = "\n".join([head, *parts, *lines])
+    session.render.map_counted(full, total)   # for assembly, which counts the map too
     return full
 
 

@@ -31,8 +31,9 @@ class Renderer:
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
         self._body_costs: dict[int, tuple[str, int, int]] = {}
-        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, header, tokens)
+        self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, block, tokens)
         self._map_count: tuple[str, int] | None = None
+        self._tail_count: tuple[str, str, int] | None = None   # the open tail's last block, separator, tokens
         self._message_count: tuple[str, int] | None = None
         self._fixed: tuple[int, int, int, int, int] | None = None
         self._newest: tuple[int, list[int]] | None = None
@@ -52,22 +53,26 @@ class Renderer:
 
     def block(self, n: int, separator: str, hide_turn: int = 0) -> tuple[str, int] | None:
         """Page n's block (header, newline, body) and its tokens with the separator after it (None if
-        nothing of it is shown). A sealed page's header and count are kept while its bookmarks are the
-        same (its body and date never change), so a page shown again costs a lookup and a join."""
-        sealed = n != self.s.tail_n and not hide_turn
-        if sealed:
-            keywords = tuple(self.s.directory.keywords(n)[:4])
-            held = self._blocks.get(n)
-            if held is not None and held[0] == keywords and held[1] == separator:
-                return held[2] + "\n" + self.s.pages[n].text, held[3]
-        body = self.body(n, hide_turn)
-        if body is None:
-            return None
+        nothing of it is shown). A sealed page's block and count are kept while its bookmarks are the
+        same (its body and date never change), so a page shown again costs a lookup. The current
+        message's turn (hide_turn) hides only a page holding nothing else: other sealed pages are
+        their text, and keep their block, in every step of a turn."""
+        page = self.s.pages.get(n) if n != self.s.tail_n else None
+        if page is None or (hide_turn and all(t == hide_turn for t, _, _ in page.spans)):
+            body = self.body(n, hide_turn)
+            if body is None:
+                return None
+            header = self.header(n)
+            block = header + "\n" + body
+            return block, self.block_tokens(n, header, block, separator)
+        keywords = tuple(self.s.directory.keywords(n)[:4])
+        held = self._blocks.get(n)
+        if held is not None and held[0] == keywords and held[1] == separator:
+            return held[2], held[3]
         header = self.header(n)
-        block = header + "\n" + body
+        block = header + "\n" + page.text
         cost = self.block_tokens(n, header, block, separator)
-        if sealed:
-            self._blocks[n] = (keywords, separator, header, cost)
+        self._blocks[n] = (keywords, separator, block, cost)
         return block, cost
 
     def page_dates(self, n: int) -> str:
@@ -189,8 +194,11 @@ class Renderer:
         other non-space character (a speaker's name, a "(date)" marker) starts a pre-token of its
         own, and BPE never merges across pre-tokens. Other bodies are counted whole. So a page's
         body costs the tokenizer once, however often its header changes (bookmarks are added)."""
-        if n == self.s.tail_n:
-            return self.s.tokenizer.count(block + separator)
+        if n == self.s.tail_n:   # the open tail: counted whole, the last one kept (every step of a turn shows it)
+            held = self._tail_count
+            if held is None or held[0] != block or held[1] != separator:
+                held = self._tail_count = (block, separator, self.s.tokenizer.count(block + separator))
+            return held[2]
         cached = self._block_costs.get(n)
         if cached and cached[0] == header:
             return cached[1]
@@ -232,6 +240,10 @@ class Renderer:
             held = self._map_count = (text, self.s.tokenizer.count(text))
         return held[1]
 
+    def map_counted(self, text: str, tokens: int) -> None:
+        """Keep a memory map's exact count, made by render_map from its parts, for count_map."""
+        self._map_count = (text, tokens)
+
     def line_tokens(self, line: str) -> int:
         """Tokens of a text counted again and again (a memory-map line, a header's part), cached: the map
         lists the same pages' bookmarks turn after turn, headers repeat their dates and bookmarks."""
@@ -250,19 +262,34 @@ class Renderer:
         return held[1]
 
     def list_tokens(self, title: str, lines: list[str], separator: str) -> int:
-        """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block)
-        as a sum of cached counts: the title with its newline, each line with its newline, the last
-        with the separator. The sum is exact when every line starts with "-": in the tiktoken
-        encodings pager uses (cl100k, o200k) no pre-token runs from a newline into a following "-"
-        (a newline only ends a pre-token, or joins whitespace), and BPE never merges across
-        pre-tokens. Any other line makes it count the whole text."""
-        if not all(line[:1] == "-" for line in lines):
+        """Exact tokens of `"\n".join([title, *lines]) + separator` (a facts slab, the summaries block,
+        the memory map) as a sum of cached counts: the title with its newline, each line with its
+        newline, the last with the separator. The sum is exact when every line starts clean, with
+        neither whitespace nor "/" (a fact or summary line's "-", a map line, a notice): in the
+        tiktoken encodings pager uses (cl100k, o200k) no pre-token runs from a newline into such a
+        character (a newline only ends a pre-token, or joins whitespace before it, or, in o200k, a
+        "/" after it), and BPE never merges across pre-tokens. Any other line makes it count the
+        whole text."""
+        if not all(map(starts_clean, lines)):
             return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
         if not lines:
             return self.line_tokens(title + separator)
         cost = self.line_tokens(title + "\n") + self.line_tokens(lines[-1] + separator)
         for line in lines[:-1]:
-            cost += self.line_tokens(line + "\n")
+            cost += self._with_newline(line)
+        return cost
+
+    def _with_newline(self, line: str) -> int:
+        """Tokens of line + "\n", cached like line_tokens; from the line's own cached count when there
+        is one (the memory map counts each line to fit it), by Tokenizer.count_extended."""
+        key = line + "\n"
+        cost = self._line_costs.get(key)
+        if cost is None:
+            own = self._line_costs.get(line)
+            cost = self.s.tokenizer.count_extended(line, own, "\n") if own is not None else self.s.tokenizer.count(key)
+            if len(self._line_costs) > 100_000:
+                self._line_costs.clear()
+            self._line_costs[key] = cost
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:

@@ -92,3 +92,40 @@ def test_a_block_of_lines_counts_as_the_sum_of_its_lines(title, lines, separator
     renderer = Renderer(SimpleNamespace(tokenizer=tokenizer))
     lines = [("- " if i % 2 else "-") + line for i, line in enumerate(lines)]
     assert renderer.list_tokens(title, lines, separator) == tokenizer.count("\n".join([title, *lines]) + separator)
+
+
+@settings(max_examples=400, deadline=None)
+@given(title=st.text(alphabet=alphabet, max_size=40), lines=st.lists(st.text(alphabet=alphabet, max_size=80), max_size=6),
+       separator=st.sampled_from(["\n\n", "\n", ""]), encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_lines_that_start_clean_count_as_the_sum_of_their_lines(title, lines, separator, encoding):
+    """The memory map's lines (its notice, rolling line, title and bookmark lines) start with any
+    character but whitespace and "/": Renderer.list_tokens sums their cached counts, and the sum is
+    the exact count of the whole; a line that does not start clean makes it count the whole."""
+    from types import SimpleNamespace
+
+    from pager.render import starts_clean
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    renderer = Renderer(SimpleNamespace(tokenizer=tokenizer))
+    assert renderer.list_tokens(title, lines, separator) == tokenizer.count("\n".join([title, *lines]) + separator)
+    clean = [line for line in lines if starts_clean(line)]
+    assert renderer.list_tokens(title, clean, separator) == tokenizer.count("\n".join([title, *clean]) + separator)
+    counted = Renderer(SimpleNamespace(tokenizer=tokenizer))   # each line's own count known, as the map's are
+    for line in clean:
+        counted.line_tokens(line)
+    assert counted.list_tokens(title, clean, separator) == tokenizer.count("\n".join([title, *clean]) + separator)
+
+
+def test_the_open_tails_count_follows_the_tail(tmp_path):
+    """The open tail's block count is kept while its block is the same (each step of a turn shows it):
+    a turn added to the tail is counted with it."""
+    home, s, questions = seeded_session(tmp_path, 5, 2048, "tail")
+    for i, q in enumerate(questions[:6]):
+        before = build(s, q, prefix="You are a helpful assistant.")
+        assert before.tokens["memory"] == s.tokenizer.count(before.memory)
+        s.append_many([{"speaker": "Maya", "text": f"and one more thing number {i}"}])
+        after = build(s, q, prefix="You are a helpful assistant.")
+        assert s.tail_n in after.pages and after.memory != before.memory
+        assert after.tokens["memory"] == s.tokenizer.count(after.memory)
+    home.journal.close(remove=True)

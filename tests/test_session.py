@@ -114,6 +114,28 @@ def test_current_message_is_shown_once(mem_home):
     assert ctx.system.count("zebras") == 0 and ctx.message.count("zebras") == 1
 
 
+def test_a_long_message_is_hidden_on_every_page_it_fills(mem_home):
+    """The current message is shown once, as the message: the sealed pages holding nothing but it are
+    not shown while it is the message (each step of its turn), and are shown, counted exactly, after."""
+    s = mem_home.open("a")
+    say(s, 5)
+    t = s.append("maya", " ".join(f"zebra{i}" for i in range(300)))
+    own = [n for n, p in s.pages.items() if all(turn == t.turn for turn, _, _ in p.spans)]
+    assert own, "the message filled pages of its own"
+    for step in range(2):   # the blocks kept by the first step serve the second
+        ctx = build(s, t.text, prefix="sys", hide_turn=t.turn, autopage=step == 0)
+        assert not set(own) & set(ctx.pages) and "zebra150" not in ctx.system
+    shown = [n for n in own if "zebra150" in s.pages[n].text.split()] + own[:1]
+    for n in shown:
+        s.fault(n, "test")
+    after = build(s, "and now?", prefix="sys", autopage=False)
+    assert set(shown) <= set(after.pages) and "zebra150" in after.system
+    assert after.tokens["memory"] == s.tokenizer.count(after.memory)
+    again = build(s, t.text, prefix="sys", hide_turn=t.turn, autopage=False)
+    assert not set(own) & set(again.pages) and "zebra150" not in again.system
+    assert again.tokens["memory"] == s.tokenizer.count(again.memory)
+
+
 def test_memory_pressure_tells_the_model_what_goes_next(mem_home):
     from pager.context import next_victims
 
