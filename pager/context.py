@@ -5,7 +5,10 @@ turns, so provider prompt caches hit), the memory map, the working state, the ep
 the fact slabs (and, with `excerpt_slabs`, excerpt slabs: whole turns of pages on disk), the
 resident pages in conversation order each under its header, then the current message. The
 budget goes first to the message, then to the state (up to `state_share` of what is left, always
-leaving one frame), then to the frames.
+leaving one frame), then to the frames. Frames are whole, so what the assembled context leaves
+over (the map's unused reserve, the remainder past the last frame, pages short of a frame: on
+LoCoMo a quarter of 1,024 tokens) shows, with `Config.fill`, more facts and then whole turns of
+pages on disk, in blocks after the slabs that take no frame (`fill`).
 
 Token accounting follows the chat format: each message costs its content plus
 MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
@@ -49,6 +52,7 @@ class Context:
     facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
     summaries: list[int] = field(default_factory=list)   # summary numbers shown, in rank order
     excerpts: list[int] = field(default_factory=list)    # turn numbers shown whole as excerpt lines in slabs
+    filled: int = 0   # of the fact and excerpt blocks, how many at their end are the leftover's (Config.fill), not frames
 
     @property
     def system(self) -> str:
@@ -137,10 +141,13 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
         summary_frames = -(-summary_tokens // session.page_tokens)
     packed: list[list[tuple]] = []
+    ranked: list[tuple] = []
     if frames - summary_frames >= 3 and session.facts and message.strip():
-        packed, hits = page_with_facts(session, message, frames - summary_frames, autopage)
+        packed, hits, ranked = page_with_facts(session, message, frames - summary_frames, autopage)
+        searched = True
     else:
         session.resize(frames - summary_frames)
+        searched = autopage and bool(message.strip()) and session.autopage_room() > 0   # autopage searches then
         hits = session.autopage(message) if autopage and message else []
     texts = [slab_text(slab) for slab in packed]
     known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
@@ -148,13 +155,22 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         known[summaries] = summary_tokens
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
                    state, texts, summaries, known)
+    if cfg.fill and searched:
+        filled = fill(session, ranked, packed, ctx.pages, budget - ctx.tokens["total"], hide_turn)
+        if filled:
+            packed += filled
+            texts += [slab_text(block) for block in filled]
+            known.update(zip(texts[-len(filled):], (slab_tokens(session, block) for block in filled)))
+            ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
+                           state, texts, summaries, known)
+            ctx.filled = len(filled)
     ctx.facts = [f.n for slab in packed for f, _ in slab if not isinstance(f, Excerpt)]
     ctx.excerpts = [x.turn for slab in packed for x, _ in slab if isinstance(x, Excerpt)]
     ctx.summaries = shown_summaries
     return ctx
 
 
-def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list]:
+def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list, list[tuple]]:
     """Split the frames between slabs and pages, and fill both from one search.
 
     The search scores every piece of every page for the message. A fact is ranked by its own match
@@ -167,7 +183,8 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     LoCoMo they did not pay, BENCHMARKS.md, third round of issue 14). Pages are then
     faulted once, those holding what the fact slabs will not tell first (`beside_facts`); the fact
     slabs are filled with the best facts whose pages are not resident, the excerpt slabs with the
-    excerpts the split chose, then the next best, of pages not resident."""
+    excerpts the split chose, then the next best, of pages not resident. Returns the slabs, the
+    hits paged from, and the facts ranked (the leftover's facts are the next of them, `fill`)."""
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
@@ -190,7 +207,43 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
              if item[0].page not in resident and item[0].turn not in told]
     packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
-    return packed, (hits if autopage else [])
+    return packed, (hits if autopage else []), ranked
+
+
+MIN_FILL = 8          # the fewest tokens left over worth a block (its title, a separator and a short line)
+FILL_EXCERPTS = 256   # the best-scored pieces looked at for excerpts in the leftover (a whole budget's worth)
+FILL_MIN_WEIGHT = 0.2   # the least weight (a share of the best piece's) of a turn shown in the leftover: below, noise
+
+
+def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages: list[int], room: int,
+         hide_turn: int = 0) -> list[list[tuple]]:
+    """Blocks for the `room` tokens the assembled context leaves over: the frames are whole, so the
+    map's unused reserve, the remainder of the budget past the last frame, and the pages and slabs
+    short of a frame are otherwise sent empty (a quarter of 1,024 tokens on LoCoMo, BENCHMARKS.md,
+    fifth round of issue 14). First the facts ranked after those the slabs hold, breadth first from
+    the turns already shown; then, in what is still left, whole turns (excerpts) of the best-scored
+    pieces on pages not shown that no fact tells, down to FILL_MIN_WEIGHT (on LoCoMo the floor
+    changes no score; it keeps a question about little from being sent a budget of noise). Neither
+    block repeats a turn on a shown page."""
+    if room < MIN_FILL:
+        return []
+    shown = set(pages)
+    held = {f.n for block in packed for f, _ in block if not isinstance(f, Excerpt)}
+    told = {t for block in packed for item, _ in block
+            for t in ((item.turn,) if isinstance(item, Excerpt) else item.turns)}
+    told |= {t for n in shown if n in session.pages for t, _, _ in session.pages[n].spans}
+    rest = [(f, line) for f, line, _ in ranked if f.n not in held and not (f.pages and set(f.pages) <= shown)]
+    out = pack_slabs(session, breadth_first(rest, told), 1, limit=room)
+    if out:
+        room -= slab_tokens(session, out[0])
+        told |= {t for f, _ in out[0] for t in f.turns}
+    if room >= MIN_FILL:
+        fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+        lines = [(x, line) for x, line, w in rank_excerpts(session, piece_weights(session), fixed | shown, None,
+                                                            FILL_EXCERPTS)
+                 if x.turn not in told and x.turn != hide_turn and w >= FILL_MIN_WEIGHT]
+        out += pack_slabs(session, lines, 1, EXCERPTS_TITLE, limit=room)
+    return out
 
 
 TOLD_SHARE = 0.5   # of its weight a turn the fact slabs will tell keeps when pages are chosen (beside_facts)
@@ -231,12 +284,12 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
     return [hits[i] for _, i in sorted(ranked)]
 
 
-def breadth_first(facts: list[tuple]) -> list[tuple]:
-    """Facts in rank order, those telling a turn no fact before them told first, then the others:
-    a second fact of the same turn is shown only when the slabs have room left for it (coverage,
-    third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget cells,
-    down on 1)."""
-    told: set[int] = set()
+def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozenset()) -> list[tuple]:
+    """Facts in rank order, those telling a turn no fact before them (nor `told`) told first, then the
+    others: a second fact of the same turn is shown only when the slabs have room left for it
+    (coverage, third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget
+    cells, down on 1)."""
+    told = set(told)
     first, again = [], []
     for item in facts:
         turns = set(item[0].turns)
@@ -274,21 +327,22 @@ class Excerpt:
 MOST_EXCERPTS = 64   # the best-scored pieces looked at for excerpts (a 128-token slab holds about three)
 
 
-def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int]) -> list[tuple]:
-    """(excerpt, its line, its weight) for the best-scored pieces that are a whole turn no fact tells
-    (a fact says it in fewer tokens), on a page the search found (`found`: its pages above the
-    threshold; a page the search ranks high is evidence more often than a lone well-scored piece
-    elsewhere) and not held in a fixed frame (the open tail, pinned pages), best first."""
+def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | None,
+                  most: int = 0) -> list[tuple]:
+    """(excerpt, its line, its weight) for the `most` (MOST_EXCERPTS) best-scored pieces that are a whole
+    turn no fact tells (a fact says it in fewer tokens), on a page the search found (`found`: its pages
+    above the threshold; a page the search ranks high is evidence more often than a lone well-scored
+    piece elsewhere; None: any page) and not in `fixed` (the open tail, pinned pages), best first."""
     if weights is None or not len(weights):
         return []
-    m = min(MOST_EXCERPTS, len(weights))
+    m = min(most or MOST_EXCERPTS, len(weights))
     top = np.argpartition(-weights, m - 1)[:m]
     out, told = [], told_turns(session)
     for piece in sorted(top.tolist(), key=lambda p: (-float(weights[p]), p)):
         if weights[piece] <= 0:
             break
         n = session.index.piece_page[piece]
-        if n in fixed or n not in found or n not in session.pages:
+        if n in fixed or (found is not None and n not in found) or n not in session.pages:
             continue
         held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
         if held is not None and held[0].turn not in told:
@@ -623,10 +677,11 @@ def slab_tokens(session: Session, slab: list[tuple]) -> int:
     return block_tokens(session, slab_title(slab), [line for _, line in slab])
 
 
-def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE) -> list[list[tuple]]:
-    """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each (block and
-    separator counted exactly); the empty slabs are not returned."""
-    limit = session.page_tokens
+def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE,
+               limit: int = 0) -> list[list[tuple]]:
+    """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each, or of
+    `limit` tokens (block and separator counted exactly); the empty slabs are not returned."""
+    limit = limit or session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(title + SEPARATOR)] * slabs
     room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over

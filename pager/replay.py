@@ -176,6 +176,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   readahead=extra.get("readahead", 1), max_steps=extra.get("max_steps", 8),
                   output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
+                  fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 

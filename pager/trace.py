@@ -182,7 +182,8 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                  embedder=cfg.embedder, embedder_dim=session.home.embedder.dim, resumed_turns=session.turn_count,
                  config={"budget": cfg.budget, "map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
-                         "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share})
+                         "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share,
+                         "fill": cfg.fill})
     if session.turn_count:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)
