@@ -239,9 +239,9 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
         told |= {t for f, _ in out[0] for t in f.turns}
     if room >= MIN_FILL:
         fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
-        lines = [(x, line) for x, line, w in rank_excerpts(session, piece_weights(session), fixed | shown, None,
-                                                            FILL_EXCERPTS)
-                 if x.turn not in told and x.turn != hide_turn and w >= FILL_MIN_WEIGHT]
+        lines = [(x, line) for x, line, _ in rank_excerpts(session, piece_weights(session), fixed | shown, None,
+                                                            FILL_EXCERPTS, FILL_MIN_WEIGHT)
+                 if x.turn not in told and x.turn != hide_turn]
         out += pack_slabs(session, lines, 1, EXCERPTS_TITLE, limit=room)
     return out
 
@@ -328,18 +328,19 @@ MOST_EXCERPTS = 64   # the best-scored pieces looked at for excerpts (a 128-toke
 
 
 def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | None,
-                  most: int = 0) -> list[tuple]:
-    """(excerpt, its line, its weight) for the `most` (MOST_EXCERPTS) best-scored pieces that are a whole
-    turn no fact tells (a fact says it in fewer tokens), on a page the search found (`found`: its pages
-    above the threshold; a page the search ranks high is evidence more often than a lone well-scored
-    piece elsewhere; None: any page) and not in `fixed` (the open tail, pinned pages), best first."""
+                  most: int = 0, least: float = 0.0) -> list[tuple]:
+    """(excerpt, its line, its weight) for the `most` (MOST_EXCERPTS) best-scored pieces, of weight
+    `least` or more, that are a whole turn no fact tells (a fact says it in fewer tokens), on a page
+    the search found (`found`: its pages above the threshold; a page the search ranks high is
+    evidence more often than a lone well-scored piece elsewhere; None: any page) and not in `fixed`
+    (the open tail, pinned pages), best first."""
     if weights is None or not len(weights):
         return []
     m = min(most or MOST_EXCERPTS, len(weights))
     top = np.argpartition(-weights, m - 1)[:m]
     out, told = [], told_turns(session)
     for piece in sorted(top.tolist(), key=lambda p: (-float(weights[p]), p)):
-        if weights[piece] <= 0:
+        if weights[piece] <= 0 or weights[piece] < least:
             break
         n = session.index.piece_page[piece]
         if n in fixed or (found is not None and n not in found) or n not in session.pages:
