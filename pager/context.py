@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -212,6 +212,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
 
 MIN_FILL = 8          # the fewest tokens left over worth a block (its title, a separator and a short line)
 FILL_EXCERPTS = 256   # the best-scored pieces looked at for excerpts in the leftover (a whole budget's worth)
+FILL_SCAN = 8   # characters of excerpt lines looked at per token of room (about twice what fits)
 FILL_MIN_WEIGHT = 0.2   # the least weight (a share of the best piece's) of a turn shown in the leftover: below, noise
 
 
@@ -239,9 +240,14 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
         told |= {t for f, _ in out[0] for t in f.turns}
     if room >= MIN_FILL:
         fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
-        lines = [(x, line) for x, line, _ in rank_excerpts(session, piece_weights(session), fixed | shown, None,
-                                                            FILL_EXCERPTS, FILL_MIN_WEIGHT)
-                 if x.turn not in told and x.turn != hide_turn]
+        lines, chars = [], 0
+        for x, line, _ in excerpts_by_weight(session, piece_weights(session), fixed | shown, None, FILL_EXCERPTS,
+                                             FILL_MIN_WEIGHT):
+            if x.turn not in told and x.turn != hide_turn:
+                lines.append((x, line))
+                chars += len(line)
+                if chars > FILL_SCAN * room:
+                    break   # enough to choose from: each line looked at is counted with the tokenizer
         out += pack_slabs(session, lines, 1, EXCERPTS_TITLE, limit=room)
     return out
 
@@ -334,8 +340,14 @@ def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | 
     the search found (`found`: its pages above the threshold; a page the search ranks high is
     evidence more often than a lone well-scored piece elsewhere; None: any page) and not in `fixed`
     (the open tail, pinned pages), best first."""
+    return list(excerpts_by_weight(session, weights, fixed, found, most, least))
+
+
+def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[int] | None,
+                       most: int = 0, least: float = 0.0) -> Iterator[tuple]:
+    """rank_excerpts, one at a time: a caller that has enough stops the lines being made."""
     if weights is None or not len(weights):
-        return []
+        return
     m = min(most or MOST_EXCERPTS, len(weights))
     if least > 0:   # the pieces above the floor first: a scan, where a partition of every piece costs ~1 ms at 100K pages
         top = np.flatnonzero(weights >= least)
@@ -343,7 +355,7 @@ def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | 
             top = top[np.argpartition(-weights[top], m - 1)[:m]]
     else:
         top = np.argpartition(-weights, m - 1)[:m]
-    out, told = [], told_turns(session)
+    told = told_turns(session)
     for piece in sorted(top.tolist(), key=lambda p: (-float(weights[p]), p)):
         if weights[piece] <= 0 or weights[piece] < least:
             break
@@ -352,8 +364,7 @@ def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | 
             continue
         held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
         if held is not None and held[0].turn not in told:
-            out.append((held[0], held[1], float(weights[piece])))
-    return out
+            yield held[0], held[1], float(weights[piece])
 
 
 def excerpt_line(session: Session, n: int, i: int) -> tuple[Excerpt, str] | None:
