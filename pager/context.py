@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,17 +153,17 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
     if summaries:
         known[summaries] = summary_tokens
+    filled: list[list[tuple]] = []
+
+    def leftover(room: int, pages: list[int]) -> list[tuple[str, int]]:
+        """The blocks of what the assembled regions leave over (`fill`), each with its tokens."""
+        filled[:] = fill(session, ranked, packed, pages, room, hide_turn)
+        return [(slab_text(block), slab_tokens(session, block)) for block in filled]
+
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                   state, texts, summaries, known)
-    if cfg.fill and searched:
-        filled = fill(session, ranked, packed, ctx.pages, budget - ctx.tokens["total"], hide_turn)
-        if filled:
-            packed += filled
-            texts += [slab_text(block) for block in filled]
-            known.update(zip(texts[-len(filled):], (slab_tokens(session, block) for block in filled)))
-            ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                           state, texts, summaries, known)
-            ctx.filled = len(filled)
+                   state, texts, summaries, known, leftover if cfg.fill and searched else None)
+    packed += filled
+    ctx.filled = len(filled)
     ctx.facts = [f.n for slab in packed for f, _ in slab if not isinstance(f, Excerpt)]
     ctx.excerpts = [x.turn for slab in packed for x, _ in slab if isinstance(x, Excerpt)]
     ctx.summaries = shown_summaries
@@ -722,7 +722,8 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None) -> Context:
+             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None,
+             leftover: Callable[[int, list[int]], list[tuple[str, int]]] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -730,7 +731,9 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     a pre-token never runs from newlines into a following "[" or "#" (the property test recounts the
     whole prompt to hold this), so the sum is the exact count of the joined text while each block's
     count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
-    the separator), as the fact slabs and the summaries are while they are packed.
+    the separator), as the fact slabs and the summaries are while they are packed. `leftover(room,
+    pages shown)`: blocks (each with its exact tokens) for the tokens the regions leave under the
+    budget, placed after the slabs.
     """
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
@@ -766,6 +769,13 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
 
     memory = memory_tokens()
     used = total(memory)
+    if leftover is not None and used < budget:
+        more = leftover(budget - used, list(shown))
+        blocks[fixed:fixed] = [block for block, _ in more]
+        costs[fixed:fixed] = [cost for _, cost in more]
+        fixed += len(more)
+        memory = memory_tokens()
+        used = total(memory)
     dropped: list[int] = []
     while used > budget and shown:
         # by construction this does not happen; if it ever does, show less rather than overflow
