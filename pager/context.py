@@ -356,11 +356,14 @@ def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[in
     else:
         top = np.argpartition(-weights, m - 1)[:m]
     told = told_turns(session)
-    for piece in top[np.lexsort((top, -weights[top]))].tolist():   # best first, ties by piece
-        if weights[piece] <= 0 or weights[piece] < least:
-            break
-        n = session.index.piece_page[piece]
-        if n in fixed or (found is not None and n not in found) or n not in session.pages:
+    pages = session.index.pages_of(top)
+    keep = (weights[top] > 0) & (weights[top] >= least) & ~np.isin(pages, list(fixed))   # one pass, not piece by piece
+    if found is not None:
+        keep &= np.isin(pages, list(found))
+    top, pages = top[keep], pages[keep]
+    order = np.lexsort((top, -weights[top]))   # best first, ties by piece
+    for piece, n in zip(top[order].tolist(), pages[order].tolist()):
+        if n not in session.pages:
             continue
         held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
         if held is not None and held[0].turn not in told:
