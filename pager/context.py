@@ -212,8 +212,8 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
 
 MIN_FILL = 8          # the fewest tokens left over worth a block (its title, a separator and a short line)
 FILL_EXCERPTS = 256   # the best-scored pieces looked at for excerpts in the leftover (a whole budget's worth)
-FILL_SCAN = 5   # characters of excerpt lines looked at per token of room (a little more than fits; 8: the same on LoCoMo but 0.0002 at 1024)
-FILL_MIN_WEIGHT = 0.2   # the least weight (a share of the best piece's) of a turn shown in the leftover: below, noise
+FILL_SCAN = 5         # characters of excerpt lines looked at per token of room: a little more than fits
+FILL_MIN_WEIGHT = 0.2  # the least weight (a share of the best piece's) of a turn shown in the leftover
 
 
 def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages: list[int], room: int,
