@@ -80,6 +80,7 @@ class Config:
     fact_share: float = 0.5      # the most of the frames fact slabs may take; how many they take is decided per message
     summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     excerpt_slabs: int = 0       # frames of excerpts (a turn no fact tells, of a page found but not held) with facts; 0: off
+    fill: bool = True            # the tokens the frames leave over show more facts, then whole turns of pages on disk
     live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off

@@ -5,7 +5,10 @@ turns, so provider prompt caches hit), the memory map, the working state, the ep
 the fact slabs (and, with `excerpt_slabs`, excerpt slabs: whole turns of pages on disk), the
 resident pages in conversation order each under its header, then the current message. The
 budget goes first to the message, then to the state (up to `state_share` of what is left, always
-leaving one frame), then to the frames.
+leaving one frame), then to the frames. Frames are whole, so what the assembled context leaves
+over (the map's unused reserve, the remainder past the last frame, pages short of a frame: on
+LoCoMo a quarter of 1,024 tokens) shows, with `Config.fill`, more facts and then whole turns of
+pages on disk, in blocks after the slabs that take no frame (`fill`).
 
 Token accounting follows the chat format: each message costs its content plus
 MESSAGE_OVERHEAD, and a reply is primed with REPLY_PRIMING. The frames are sized from what
@@ -20,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +52,7 @@ class Context:
     facts: list[int] = field(default_factory=list)   # fact numbers shown, in slab order
     summaries: list[int] = field(default_factory=list)   # summary numbers shown, in rank order
     excerpts: list[int] = field(default_factory=list)    # turn numbers shown whole as excerpt lines in slabs
+    filled: int = 0   # of the fact and excerpt blocks, how many at their end are the leftover's (Config.fill), not frames
 
     @property
     def system(self) -> str:
@@ -137,24 +141,36 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
         summary_frames = -(-summary_tokens // session.page_tokens)
     packed: list[list[tuple]] = []
+    ranked: list[tuple] = []
     if frames - summary_frames >= 3 and session.facts and message.strip():
-        packed, hits = page_with_facts(session, message, frames - summary_frames, autopage)
+        packed, hits, ranked = page_with_facts(session, message, frames - summary_frames, autopage)
+        searched = True
     else:
         session.resize(frames - summary_frames)
+        searched = autopage and bool(message.strip()) and session.autopage_room() > 0   # autopage searches then
         hits = session.autopage(message) if autopage and message else []
     texts = [slab_text(slab) for slab in packed]
     known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
     if summaries:
         known[summaries] = summary_tokens
+    filled: list[list[tuple]] = []
+
+    def leftover(room: int, pages: list[int]) -> list[tuple[str, int]]:
+        """The blocks of what the assembled regions leave over (`fill`), each with its tokens."""
+        filled[:] = fill(session, ranked, packed, pages, room, hide_turn)
+        return [(slab_text(block), slab_tokens(session, block)) for block in filled]
+
     ctx = assemble(session, message, prefix, budget, map_reserve, hits, hide_turn, chat, scratch_tokens,
-                   state, texts, summaries, known)
+                   state, texts, summaries, known, leftover if cfg.fill and searched else None)
+    packed += filled
+    ctx.filled = len(filled)
     ctx.facts = [f.n for slab in packed for f, _ in slab if not isinstance(f, Excerpt)]
     ctx.excerpts = [x.turn for slab in packed for x, _ in slab if isinstance(x, Excerpt)]
     ctx.summaries = shown_summaries
     return ctx
 
 
-def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list]:
+def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list, list[tuple]]:
     """Split the frames between slabs and pages, and fill both from one search.
 
     The search scores every piece of every page for the message. A fact is ranked by its own match
@@ -167,7 +183,8 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     LoCoMo they did not pay, BENCHMARKS.md, third round of issue 14). Pages are then
     faulted once, those holding what the fact slabs will not tell first (`beside_facts`); the fact
     slabs are filled with the best facts whose pages are not resident, the excerpt slabs with the
-    excerpts the split chose, then the next best, of pages not resident."""
+    excerpts the split chose, then the next best, of pages not resident. Returns the slabs, the
+    hits paged from, and the facts ranked (the leftover's facts are the next of them, `fill`)."""
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
@@ -190,7 +207,49 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
              if item[0].page not in resident and item[0].turn not in told]
     packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
-    return packed, (hits if autopage else [])
+    return packed, (hits if autopage else []), ranked
+
+
+MIN_FILL = 8          # the fewest tokens left over worth a block (its title, a separator and a short line)
+FILL_EXCERPTS = 256   # the best-scored pieces looked at for excerpts in the leftover (a whole budget's worth)
+FILL_SCAN = 5         # characters of excerpt lines looked at per token of room: a little more than fits
+FILL_MIN_WEIGHT = 0.2  # the least weight (a share of the best piece's) of a turn shown in the leftover
+
+
+def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages: list[int], room: int,
+         hide_turn: int = 0) -> list[list[tuple]]:
+    """Blocks for the `room` tokens the assembled context leaves over: the frames are whole, so the
+    map's unused reserve, the remainder of the budget past the last frame, and the pages and slabs
+    short of a frame are otherwise sent empty (a quarter of 1,024 tokens on LoCoMo, BENCHMARKS.md,
+    fifth round of issue 14). First the facts ranked after those the slabs hold, breadth first from
+    the turns already shown; then, in what is still left, whole turns (excerpts) of the best-scored
+    pieces on pages not shown that no fact tells, down to FILL_MIN_WEIGHT (on LoCoMo the floor
+    changes no score; it keeps a question about little from being sent a budget of noise). Neither
+    block repeats a turn on a shown page."""
+    if room < MIN_FILL:
+        return []
+    shown = set(pages)
+    held = {f.n for block in packed for f, _ in block if not isinstance(f, Excerpt)}
+    told = {t for block in packed for item, _ in block
+            for t in ((item.turn,) if isinstance(item, Excerpt) else item.turns)}
+    told |= {t for n in shown if n in session.pages for t, _, _ in session.pages[n].spans}
+    rest = [(f, line) for f, line, _ in ranked if f.n not in held and not (f.pages and set(f.pages) <= shown)]
+    out = pack_slabs(session, breadth_first(rest, told), 1, limit=room)
+    if out:
+        room -= slab_tokens(session, out[0])
+        told |= {t for f, _ in out[0] for t in f.turns}
+    if room >= MIN_FILL:
+        fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+        lines, chars = [], 0
+        for x, line, _ in excerpts_by_weight(session, piece_weights(session), fixed | shown, None, FILL_EXCERPTS,
+                                             FILL_MIN_WEIGHT):
+            if x.turn not in told and x.turn != hide_turn:
+                lines.append((x, line))
+                chars += len(line)
+                if chars > FILL_SCAN * room:
+                    break   # enough to choose from: each line looked at is counted with the tokenizer
+        out += pack_slabs(session, lines, 1, EXCERPTS_TITLE, limit=room)
+    return out
 
 
 TOLD_SHARE = 0.5   # of its weight a turn the fact slabs will tell keeps when pages are chosen (beside_facts)
@@ -231,12 +290,12 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
     return [hits[i] for _, i in sorted(ranked)]
 
 
-def breadth_first(facts: list[tuple]) -> list[tuple]:
-    """Facts in rank order, those telling a turn no fact before them told first, then the others:
-    a second fact of the same turn is shown only when the slabs have room left for it (coverage,
-    third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget cells,
-    down on 1)."""
-    told: set[int] = set()
+def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozenset()) -> list[tuple]:
+    """Facts in rank order, those telling a turn no fact before them (nor `told`) told first, then the
+    others: a second fact of the same turn is shown only when the slabs have room left for it
+    (coverage, third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget
+    cells, down on 1)."""
+    told = set(told)
     first, again = [], []
     for item in facts:
         turns = set(item[0].turns)
@@ -274,26 +333,41 @@ class Excerpt:
 MOST_EXCERPTS = 64   # the best-scored pieces looked at for excerpts (a 128-token slab holds about three)
 
 
-def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int]) -> list[tuple]:
-    """(excerpt, its line, its weight) for the best-scored pieces that are a whole turn no fact tells
-    (a fact says it in fewer tokens), on a page the search found (`found`: its pages above the
-    threshold; a page the search ranks high is evidence more often than a lone well-scored piece
-    elsewhere) and not held in a fixed frame (the open tail, pinned pages), best first."""
+def rank_excerpts(session: Session, weights, fixed: set[int], found: set[int] | None,
+                  most: int = 0, least: float = 0.0) -> list[tuple]:
+    """(excerpt, its line, its weight) for the `most` (MOST_EXCERPTS) best-scored pieces, of weight
+    `least` or more, that are a whole turn no fact tells (a fact says it in fewer tokens), on a page
+    the search found (`found`: its pages above the threshold; a page the search ranks high is
+    evidence more often than a lone well-scored piece elsewhere; None: any page) and not in `fixed`
+    (the open tail, pinned pages), best first."""
+    return list(excerpts_by_weight(session, weights, fixed, found, most, least))
+
+
+def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[int] | None,
+                       most: int = 0, least: float = 0.0) -> Iterator[tuple]:
+    """rank_excerpts, one at a time: a caller that has enough stops the lines being made."""
     if weights is None or not len(weights):
-        return []
-    m = min(MOST_EXCERPTS, len(weights))
-    top = np.argpartition(-weights, m - 1)[:m]
-    out, told = [], told_turns(session)
-    for piece in sorted(top.tolist(), key=lambda p: (-float(weights[p]), p)):
-        if weights[piece] <= 0:
-            break
-        n = session.index.piece_page[piece]
-        if n in fixed or n not in found or n not in session.pages:
+        return
+    m = min(most or MOST_EXCERPTS, len(weights))
+    if least > 0:   # the pieces above the floor first: a scan, where a partition of every piece costs ~1 ms at 100K pages
+        top = np.flatnonzero(weights >= least)
+        if len(top) > m:
+            top = top[np.argpartition(-weights[top], m - 1)[:m]]
+    else:
+        top = np.argpartition(-weights, m - 1)[:m]
+    told = told_turns(session)
+    pages = session.index.pages_of(top)
+    keep = (weights[top] > 0) & (weights[top] >= least) & ~np.isin(pages, list(fixed))   # one pass, not piece by piece
+    if found is not None:
+        keep &= np.isin(pages, list(found))
+    top, pages = top[keep], pages[keep]
+    order = np.lexsort((top, -weights[top]))   # best first, ties by piece
+    for piece, n in zip(top[order].tolist(), pages[order].tolist()):
+        if n not in session.pages:
             continue
         held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
         if held is not None and held[0].turn not in told:
-            out.append((held[0], held[1], float(weights[piece])))
-    return out
+            yield held[0], held[1], float(weights[piece])
 
 
 def excerpt_line(session: Session, n: int, i: int) -> tuple[Excerpt, str] | None:
@@ -623,10 +697,11 @@ def slab_tokens(session: Session, slab: list[tuple]) -> int:
     return block_tokens(session, slab_title(slab), [line for _, line in slab])
 
 
-def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE) -> list[list[tuple]]:
-    """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each (block and
-    separator counted exactly); the empty slabs are not returned."""
-    limit = session.page_tokens
+def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE,
+               limit: int = 0) -> list[list[tuple]]:
+    """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each, or of
+    `limit` tokens (block and separator counted exactly); the empty slabs are not returned."""
+    limit = limit or session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(title + SEPARATOR)] * slabs
     room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
@@ -650,7 +725,8 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,
              hits=(), hide_turn: int = 0, chat: bool = True, scratch_tokens: int = 0, state: str = "",
-             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None) -> Context:
+             slabs: list[str] | None = None, summaries: str = "", known: dict[str, int] | None = None,
+             leftover: Callable[[int, list[int]], list[tuple[str, int]]] | None = None) -> Context:
     """Render the regions and count them exactly.
 
     Counting is done per segment and summed: `map + SEP`, then each `block + SEP` (the last block too). A
@@ -658,7 +734,9 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
     a pre-token never runs from newlines into a following "[" or "#" (the property test recounts the
     whole prompt to hold this), so the sum is the exact count of the joined text while each block's
     count is computed once per page, not once per turn. `known`: blocks already counted exactly (with
-    the separator), as the fact slabs and the summaries are while they are packed.
+    the separator), as the fact slabs and the summaries are while they are packed. `leftover(room,
+    pages shown)`: blocks (each with its exact tokens) for the tokens the regions leave under the
+    budget, placed after the slabs.
     """
     shown: list[int] = []
     # the state, the summaries, then fact slabs: never dropped
@@ -694,6 +772,13 @@ def assemble(session: Session, message: str, prefix: str, budget: int, map_reser
 
     memory = memory_tokens()
     used = total(memory)
+    if leftover is not None and used < budget:
+        more = leftover(budget - used, list(shown))
+        blocks[fixed:fixed] = [block for block, _ in more]
+        costs[fixed:fixed] = [cost for _, cost in more]
+        fixed += len(more)
+        memory = memory_tokens()
+        used = total(memory)
     dropped: list[int] = []
     while used > budget and shown:
         # by construction this does not happen; if it ever does, show less rather than overflow

@@ -179,6 +179,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   # traces recorded before updates ranked first, or weak hits were left out: as they ran
                   supersede=extra.get("supersede", False), weak_similarity=extra.get("weak_similarity", 0.0),
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
+                  fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 

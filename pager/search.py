@@ -679,6 +679,10 @@ class Index:
         chosen = scores.most_common(count)
         return {word: weight * value / chosen[0][1] for word, value in chosen} if chosen else {}
 
+    def pages_of(self, pieces: np.ndarray) -> np.ndarray:
+        """The page number of each of these pieces, from the cached per-piece array."""
+        return self._arrays()["page"][pieces].astype(np.int64)
+
     def _arrays(self) -> dict[str, np.ndarray]:
         """numpy views of the per-piece and per-page lists, extended only by the pages added since
         (pages are indexed in order, so the arrays so far stay valid: a chat that seals a page every

@@ -20,10 +20,13 @@ def filler(i: int) -> str:
             f"packing tape and a broken printer in aisle {i}.")
 
 
-def trips_home(tmp_path, budget: int = 1024, share: float = 0.5, facts: int = 8, excerpts: int = 0) -> tuple[Home, object]:
-    """Eight trips of Maya's, each several pages from the next, and a fact for each of the first `facts`."""
+def trips_home(tmp_path, budget: int = 1024, share: float = 0.5, facts: int = 8, excerpts: int = 0,
+               fill: bool = False) -> tuple[Home, object]:
+    """Eight trips of Maya's, each several pages from the next, and a fact for each of the first `facts`.
+    The leftover is not filled unless asked (`fill`): these tests are about the frames' split, which the
+    fill would hide (it shows what the frames left out)."""
     config = Config(home=tmp_path / "h", budget=budget, page_tokens=128, embedder="hash", fact_share=share,
-                    excerpt_slabs=excerpts)
+                    excerpt_slabs=excerpts, fill=fill)
     home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
     s = home.open("trips")
     trip_turns = []
@@ -190,17 +193,81 @@ def turn_texts(s) -> dict[int, str]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(budget=st.integers(min_value=600, max_value=5000), share=st.sampled_from([0.0, 0.2, 0.5, 0.9]),
        facts=st.integers(min_value=0, max_value=8), excerpts=st.sampled_from([0, 1, 3]),
-       question=st.sampled_from(CITIES + ["warehouse pallets", "Maya"]))
-def test_the_split_keeps_its_share_and_the_budget(tmp_path_factory, budget, share, facts, excerpts, question):
-    home, s = trips_home(tmp_path_factory.mktemp("s"), budget=budget, share=share, facts=facts, excerpts=excerpts)
+       question=st.sampled_from(CITIES + ["warehouse pallets", "Maya"]), fill=st.booleans())
+def test_the_split_keeps_its_share_and_the_budget(tmp_path_factory, budget, share, facts, excerpts, question, fill):
+    home, s = trips_home(tmp_path_factory.mktemp("s"), budget=budget, share=share, facts=facts, excerpts=excerpts,
+                         fill=fill)
     ctx = build(s, f"What about {question}?", chat=False)
     frames = (budget - home.config.map_reserve) // s.page_tokens
-    blocks = ctx.memory.split("\n\n")
-    slabs = sum(1 for b in blocks if b.startswith("[facts]"))
-    excerpt_slabs = [b for b in blocks if b.startswith("[excerpts")]
+    blocks = [b for b in ctx.memory.split("\n\n") if b.startswith(("[facts]", "[excerpts"))]
+    assert fill or not ctx.filled
+    framed = blocks[: len(blocks) - ctx.filled]   # the leftover's blocks come last and take no frame
+    slabs = sum(1 for b in framed if b.startswith("[facts]"))
+    excerpt_slabs = [b for b in framed if b.startswith("[excerpts")]
     most = max(0, int(frames * share))
     assert slabs <= most and len(excerpt_slabs) <= min(excerpts, most)
     assert len(ctx.pages) + slabs + len(excerpt_slabs) <= frames
-    assert sum(b.count("\n- p") for b in excerpt_slabs) == len(ctx.excerpts)
+    assert all(s.tokenizer.count(b + "\n\n") <= s.page_tokens for b in framed)
+    assert sum(b.count("\n- p") for b in blocks if b.startswith("[excerpts")) == len(ctx.excerpts)
+    on_pages = {t for n in ctx.pages if n in s.pages for t, _, _ in s.pages[n].spans}
+    assert not on_pages & set(ctx.excerpts), "an excerpt repeats a turn of a shown page"
+    assert ctx.tokens["facts"] == sum(s.tokenizer.count(b + "\n\n") for b in blocks)
     assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= budget
     home.journal.close(remove=True)
+
+
+def test_the_leftover_shows_the_facts_the_frames_left_out(tmp_path):
+    """More trip facts than the one slab the split may take holds: the tokens the frames leave over
+    (the map's unused reserve, the remainder past the last frame, pages short of a frame) show more
+    of them, and a second fact of a turn only after the first facts of the others; never a token
+    over the budget, and no frame taken from the pages."""
+    def shown(fill: bool, folder):
+        home, s = trips_home(folder, facts=8, share=0.2, fill=fill)
+        trips = [f.turns for f in s.facts.items]
+        s.add_facts([Draft(f"{city} {i}", f"Maya walked along the harbour of {city} on day {i} of her trip.", turns)
+                     for i in range(3) for city, turns in zip(CITIES, trips)], "script")
+        ctx = build(s, "Which cities did Maya visit?", chat=False)
+        assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+        told = [t for n in ctx.facts for t in s.facts.items[n - 1].turns]
+        home.journal.close(remove=True)
+        return ctx, told
+
+    before, _ = shown(False, tmp_path / "off")
+    after, told = shown(True, tmp_path / "on")
+    assert after.filled and not before.filled
+    assert set(before.facts) < set(after.facts), "the slab's facts and more"
+    assert after.pages == before.pages, "the fill takes no frame"
+    assert after.tokens["memory"] > before.tokens["memory"]
+    assert len(set(told)) == 3 < len(told), "each untold trip's first, then second facts"
+
+
+def test_the_leftover_shows_whole_turns_of_pages_on_disk_without_facts(tmp_path):
+    """No facts: what the frames leave over shows the best-scored turns of pages not resident, whole,
+    each naming its page (page_in brings the rest); none repeats a shown page or the open tail."""
+    def shown(fill: bool, folder):
+        home, s = trips_home(folder, facts=0, fill=fill)
+        ctx = build(s, "Which cities did Maya visit?", chat=False)
+        assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+        home.journal.close(remove=True)
+        return ctx, s, {c for c in CITIES if c in ctx.memory}
+
+    before, _, cities_before = shown(False, tmp_path / "off")
+    after, s, cities_after = shown(True, tmp_path / "on")
+    assert not before.excerpts and after.excerpts and after.filled == 1
+    assert after.pages == before.pages and cities_before < cities_after == set(CITIES)
+    on_pages = {t for n in after.pages if n in s.pages for t, _, _ in s.pages[n].spans}
+    assert not on_pages & set(after.excerpts) and not {p.turn.turn for p in s.packer.pieces} & set(after.excerpts)
+    block = next(b for b in after.memory.split("\n\n") if b.startswith("[excerpts"))
+    lines = block.splitlines()[1:]
+    trips = [("Maya visited" in line) for line in lines]
+    assert all(line.startswith("- p") for line in lines) and trips == sorted(trips, reverse=True), \
+        "the best-scored turns first: the trips, then what is left of the room"
+
+
+def test_a_trace_from_before_the_fill_replays_without_it(tmp_path):
+    from pager.replay import config_from
+
+    start = {"session": "s", "budget": 2048, "page_tokens": 128, "policy": "clock",
+             "config": {"budget": 2048, "map_tokens": 64}}
+    assert config_from(start, tmp_path, None).fill is False   # recorded before the setting: assembled without it
+    assert config_from({**start, "config": {**start["config"], "fill": True}}, tmp_path, None).fill is True

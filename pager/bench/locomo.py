@@ -306,6 +306,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "page_tokens": config.page_tokens,
         "policy": config.policy or "clock",
         "embedder": config.embedder,
+        "fill": config.fill,
         **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share,
             "excerpt_slabs": config.excerpt_slabs} if memory else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
