@@ -29,6 +29,7 @@ ENV = {
     "PAGER_MEMORY_MODEL": "memory_model",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
     "PAGER_LIVE_SUMMARIES": "live_summaries",
+    "PAGER_FILL": "fill",
     "PAGER_S3_ENDPOINT": "s3_endpoint",
     "PAGER_S3_REGION": "s3_region",
     "PAGER_S3_ALLOW_HTTP": "s3_allow_http",

@@ -2,6 +2,7 @@
 cannot hold, the split never takes more than its share or the budget, a fact ranks by the piece
 it came from, and a message with facts is paged in one pass (one search, each page faulted once)."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pager import context
@@ -271,3 +272,12 @@ def test_a_trace_from_before_the_fill_replays_without_it(tmp_path):
              "config": {"budget": 2048, "map_tokens": 64}}
     assert config_from(start, tmp_path, None).fill is False   # recorded before the setting: assembled without it
     assert config_from({**start, "config": {**start["config"], "fill": True}}, tmp_path, None).fill is True
+
+
+def test_the_fill_is_on_by_default_and_pager_fill_0_turns_it_off():
+    from pager.errors import ConfigError
+
+    assert Config.load(env={}).fill is True
+    assert Config.load(env={"PAGER_FILL": "0"}).fill is False
+    with pytest.raises(ConfigError, match="PAGER_FILL=1"):
+        Config.load(env={"PAGER_FILL": "most"})
