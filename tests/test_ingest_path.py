@@ -348,15 +348,16 @@ glued_texts = st.lists(st.sampled_from(PIECES + WORDISH), min_size=1, max_size=3
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.one_of(wordy_texts, glued_texts, st.text(max_size=60)))
+@given(st.one_of(wordy_texts, glued_texts, st.text(max_size=60), st.text(st.characters(max_codepoint=127), max_size=80)))
 def test_one_token_scan_gives_the_terms_and_the_vocabulary_words_of_two(text):
     """Index.add scans a piece's lower case once: the ASCII pattern finds _TOKEN's matches in ASCII text, and
     the vocabulary's words taken from those tokens are _WORD's matches, in order."""
-    from pager.search import _ASCII_TOKEN, _terms, _vocabulary_words
+    from pager.search import _ASCII_TOKEN, _terms, _tokens, _vocabulary_words
 
     low = text.lower()
     if text.isascii():
         assert _ASCII_TOKEN.findall(low) == _TOKEN.findall(low)
+    assert _tokens(low, text.isascii()) == _TOKEN.findall(low)   # split after translate, in ASCII without "'"
     tokens = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(low)
     assert _terms(tokens, text.isascii()) == _general_terms(text)
     assert _vocabulary_words(low, tokens) == RELEASE_WORD.findall(low), text
