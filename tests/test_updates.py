@@ -8,6 +8,7 @@ evicted the update's, and the offline shell quoted the best-matching line, the o
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
 from pager.cli.app import app
@@ -105,3 +106,28 @@ def test_a_trace_of_updates_replays_exactly_and_needs_its_recorded_setting(tmp_p
     older.write_text("".join(json.dumps(e) + "\n" for e in lines))
     diverged = CliRunner().invoke(app, ["--home", str(tmp_path / "r"), "replay", str(older), "--check"], env=ENV)
     assert diverged.exit_code == 1 and "diverged" in diverged.output, diverged.output
+
+
+def _update_terms_by_regex_alone(text: str) -> tuple[str, ...]:
+    from pager.search import _SENTENCE, UPDATE_CUE, terms
+
+    if UPDATE_CUE.search(text) is None:
+        return ()
+    return tuple(t for sentence in _SENTENCE.split(text) if UPDATE_CUE.search(sentence) for t in terms(sentence))
+
+
+_WORDS = ["Update:", "update", "the", "launch", "moved", "to", "April", "now", "is", "NOW", "now's", "it's", "no",
+          "longer", "instead", "of", "pushed", "back", "cancelled", "Cut", "until", "know", "snow", "nowhere", "é",
+          "now_x", "now2", "’s", "Dana’s", "called", "off", "changed", "change", "plans", "deadline", "10", "mg"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), max_size=14), st.lists(st.sampled_from([" ", ". ", ", ", "-", "'", ": ", "\n"]),
+                                                               min_size=14, max_size=14))
+def test_the_cue_word_check_skips_only_texts_the_cue_cannot_match(words, gaps):
+    """update_terms looks for a cue only in texts holding one of its words: the same terms as the
+    regex alone, on texts mixing cue words, near misses ("know", "now2", "now_x"), apostrophes and case."""
+    from pager.search import update_terms
+
+    text = "".join(w + g for w, g in zip(words, gaps))
+    assert update_terms(text) == _update_terms_by_regex_alone(text), text
