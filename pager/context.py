@@ -170,6 +170,11 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
     return ctx
 
 
+def fixed_pages(session: Session) -> set[int]:
+    """The pages no split or fill may place elsewhere: the open tail and the pinned pages."""
+    return {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+
+
 def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list, list[tuple]]:
     """Split the frames between slabs and pages, and fill both from one search.
 
@@ -191,7 +196,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     hits = session.search(message, k=room, tail=False, depth=session.autopage_room(frames - most), record=autopage)
     weights = piece_weights(session)
     ranked = rank_facts(session, message, weights)
-    fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+    fixed = fixed_pages(session)
     above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
     most_excerpts = min(cfg.excerpt_slabs, most)
     excerpts = rank_excerpts(session, weights, fixed, {h.n for h in above}) if most_excerpts else []
@@ -239,7 +244,7 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
         room -= slab_tokens(session, out[0])
         told |= {t for f, _ in out[0] for t in f.turns}
     if room >= MIN_FILL:
-        fixed = {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
+        fixed = fixed_pages(session)
         lines, chars = [], 0
         for x, line, _ in excerpts_by_weight(session, piece_weights(session), fixed | shown, None, FILL_EXCERPTS,
                                              FILL_MIN_WEIGHT):

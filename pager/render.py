@@ -248,10 +248,13 @@ class Renderer:
         """Tokens of a text counted again and again (a memory-map line, a header's part), cached: the map
         lists the same pages' bookmarks turn after turn, headers repeat their dates and bookmarks."""
         cost = self._line_costs.get(line)
-        if cost is None:
-            if len(self._line_costs) > 100_000:
-                self._line_costs.clear()
-            cost = self._line_costs[line] = self.s.tokenizer.count(line)
+        return cost if cost is not None else self._keep(line, self.s.tokenizer.count(line))
+
+    def _keep(self, key: str, cost: int) -> int:
+        """Cache a text's count (the cache is cleared past 100,000 texts) and return it."""
+        if len(self._line_costs) > 100_000:
+            self._line_costs.clear()
+        self._line_costs[key] = cost
         return cost
 
     def message_tokens(self, message: str) -> int:
@@ -286,10 +289,8 @@ class Renderer:
         cost = self._line_costs.get(key)
         if cost is None:
             own = self._line_costs.get(line)
-            cost = self.s.tokenizer.count_extended(line, own, "\n") if own is not None else self.s.tokenizer.count(key)
-            if len(self._line_costs) > 100_000:
-                self._line_costs.clear()
-            self._line_costs[key] = cost
+            cost = self._keep(key, self.s.tokenizer.count_extended(line, own, "\n") if own is not None
+                              else self.s.tokenizer.count(key))
         return cost
 
     def _keyword_tokens(self, keyword: str) -> int:
