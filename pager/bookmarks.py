@@ -219,9 +219,12 @@ class Directory:
     _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, marks: Iterable["Bookmark"]) -> "Directory":
-        """The directory a session's stored bookmarks make, in their order."""
+    def of(cls, marks: Iterable["Bookmark"], pages: Iterable = ()) -> "Directory":
+        """The directory a session opens with: its pages' own keywords, in page order, then its stored
+        bookmarks in their order."""
         directory = cls()
+        for page in pages:
+            directory.add(page.keywords, [page.n])
         for mark in marks:
             directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
         return directory

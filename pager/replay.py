@@ -377,7 +377,10 @@ def _resume(session, event: dict, policy: str | None) -> None:
         state.update(policy=policy, hand=0)
     session.load_paging_state(state)
     if "bookmarks" in event:   # the recording's directory, not the one loading the turns at this budget made
-        session.directory = Directory.of(map(Bookmark.from_dict, event["bookmarks"]))
+        # as the recording's open made it: its pages' keywords, then the stored bookmarks (traces
+        # recorded before `page_keywords` opened with the bookmarks alone, and replay as they ran)
+        pages = [session.pages[n] for n in sorted(session.pages)] if event.get("page_keywords") else []
+        session.directory = Directory.of(map(Bookmark.from_dict, event["bookmarks"]), pages)
     session.state.take([Change.from_record(c) for c in event.get("changes", [])])
     session._keep_facts([fact_from(f) for f in event.get("facts", [])], event="")
     session._keep_summaries([summary_from(x) for x in event.get("summaries", [])], event="")

@@ -157,7 +157,7 @@ class Session:
                 pages, vectors = pages[:k], vectors[:k]
             for page, vector in zip(pages, vectors):
                 self._index_page(page, vector)
-        self.directory = bm.Directory.of(store.bookmarks(self.user, self.name))
+        self.directory = bm.Directory.of(store.bookmarks(self.user, self.name), pages)
         self.packer.next_n = (pages[-1].n + 1) if pages else 1
         if pages:  # the packer resumes where the last sealed page ended, maybe inside a turn
             turn, _, end = pages[-1].spans[-1]
@@ -190,8 +190,7 @@ class Session:
         self._adopt(page)
 
     def _adopt(self, page: Page) -> None:
-        self.pages[page.n] = page
-        self.directory.add(page.keywords, [page.n])
+        self.pages[page.n] = page   # its keywords go into the directory the open makes (Directory.of)
         entry = self.table.get(page.n) or Entry(page.n)
         entry.tokens, entry.importance = page.tokens, page.importance
         self.table[page.n] = entry

@@ -192,6 +192,7 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                                          "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
                                         for t in turns], state=session.paging_state(),
                      bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)],
+                     page_keywords=True,
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],
                      summaries=[summary_record(x) for x in session.summaries.items])

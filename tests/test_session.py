@@ -167,3 +167,27 @@ def test_a_page_shown_again_shows_its_new_bookmarks(mem_home):
     assert "zebra" in header and header == s.render.header(n)
     for ctx in (first, again):
         assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory)
+
+
+def test_a_reopened_session_keeps_its_pages_keywords_and_its_bookmarks(tmp_path):
+    """The directory a session opens with holds its pages' own keywords and its stored bookmarks, as
+    the writing process had them: with the keywords lost, every eviction bookmarked its page again and
+    the bookmark signal of search lost every page's automatic keywords."""
+    from pager.bench.scale import TextGenerator
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    config = Config(home=tmp_path / "home", budget=2048, page_tokens=128, embedder="hash")
+    with Home(config, embedder=HashEmbedder()) as home:
+        session = home.open("s")
+        session.append_many([{"speaker": "ann", "text": text} for text in TextGenerator(3).turns(80)])
+        session.bookmark([2], ("ledger",), "the model's own")
+        before = {n: list(kws) for n, kws in session.directory.by_page.items()}
+        query = " ".join(before[5][:2])
+        hits = [(h.n, h.score) for h in session.search(query, k=5)]
+    assert len(before) > 10 and all(session.pages[n].keywords for n in before if n in session.pages)
+    with Home(config, embedder=HashEmbedder()) as home:
+        session = home.open("s")
+        assert {n: list(kws) for n, kws in session.directory.by_page.items()} == before
+        assert [(h.n, h.score) for h in session.search(query, k=5)] == hits
