@@ -29,6 +29,9 @@ _BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|old|changed?)\b
 _HISTORY = re.compile(r"^state [^\n]*; before: [^\n]*", re.M)
 _FACT = re.compile(r"^- (f\d+) \(([^)]*)\): ([^\n]+)$", re.M)
 _STATE = re.compile(r"^\[state\b[^\n]*\n((?:- [^\n]*(?:\n|$))*)", re.M)
+# a question about the working state as a whole ("what is in the working state?", "show me your state")
+_WHOLE_STATE = re.compile(r"\b(?:what(?:'s| is)? (?:in|on) (?:the |your |my )?(?:working )?state|"
+                          r"(?:show|list|read)(?: me)? (?:the |your |my )?(?:working )?state|working state)\b", re.I)
 
 
 class OfflineShell:
@@ -45,6 +48,8 @@ class OfflineShell:
         if exchanges and all(name == "state_set" for name, _ in exchanges):
             return {"content": "Noted, and kept in the working state: " + "; ".join(r for _, r in exchanges)
                     + f" {SHELL_NOTE})"}   # marked as the shell's own, so no later answer quotes it back
+        if not exchanges and _WHOLE_STATE.search(question):
+            return {"content": whole_state(messages[0].get("content") or "")}
         if not exchanges and BACK_REFERENCE.search(question) and "search" in names:
             return _call("search", {"query": question, "k": 3}, 1)
         if len(exchanges) == 1 and exchanges[0][0] == "search" and _BEFORE.search(question):
@@ -116,6 +121,17 @@ class OfflineShell:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
         return text[0].upper() + text[1:]
+
+
+def whole_state(system: str) -> str:
+    """Every key the context's state block shows, with its value, page and date (the block names the
+    keys it leaves out, and so does this answer)."""
+    lines = [line[2:].strip() for body in _STATE.findall(system) for line in body.strip().splitlines()]
+    if not lines:
+        return ("The working state is empty: nothing was stated as a value yet (\"my city is Berlin\", "
+                "\"deadline: 21 March\"). (offline memory shell: no LLM configured)")
+    return ("The working state holds: " + "; ".join(f"“{line}”" for line in lines)
+            + f". {SHELL_NOTE}: the state block of this context)")   # marked, so no later answer quotes it back
 
 
 def _updated(lines: list[tuple], asked: int) -> set[tuple[int, int]]:

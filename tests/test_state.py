@@ -210,3 +210,18 @@ def test_the_offline_shell_never_quotes_its_own_state_replies_back(tmp_path):
     assert "kept in the working state" not in noted.split("pager>")[1], noted
     assert "state 'sister'" not in output                 # a visit is an event, not a value
     assert "My sister is visiting next week from Lisbon" in visiting, visiting
+
+
+def test_the_offline_shell_lists_the_working_state_when_asked_for_it(tmp_path):
+    """"What is in the working state?" named no key, and the shell answered that it found nothing."""
+    script = ("What is in the working state?\nMy home city is Paris.\nRemember: the project deadline is 14 March\n"
+              "What is in the working state?\nWhat is the capital of the working week?\n")
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "st"], input=script,
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    empty, full = output.split("you> What is in the working state?")[1:3]
+    assert "The working state is empty" in empty
+    full = full.split("you>")[0]
+    assert "The working state holds:" in full and "home city: Paris" in full and "project deadline: 14 March" in full
+    assert "working state holds" not in output.split("you> What is the capital of the working week?")[1]
