@@ -184,10 +184,12 @@ def test_a_reopened_session_keeps_its_pages_keywords_and_its_bookmarks(tmp_path)
         session.append_many([{"speaker": "ann", "text": text} for text in TextGenerator(3).turns(80)])
         session.bookmark([2], ("ledger",), "the model's own")
         before = {n: list(kws) for n, kws in session.directory.by_page.items()}
+        index = {alias: set(pages) for alias, pages in session.directory.index.items()}
         query = " ".join(before[5][:2])
         hits = [(h.n, h.score) for h in session.search(query, k=5)]
     assert len(before) > 10 and all(session.pages[n].keywords for n in before if n in session.pages)
     with Home(config, embedder=HashEmbedder()) as home:
         session = home.open("s")
         assert {n: list(kws) for n, kws in session.directory.by_page.items()} == before
+        assert session.directory.index == index
         assert [(h.n, h.score) for h in session.search(query, k=5)] == hits
