@@ -82,6 +82,7 @@ class Config:
     summary_share: float = 0.1   # share of the frames episode summaries may take when the session has them
     excerpt_slabs: int = 0       # frames of excerpts (a turn no fact tells, of a page found but not held) with facts; 0: off
     fill: bool = True            # the tokens the frames leave over show more facts, then whole turns of pages on disk
+    fact_dates: bool = True      # a fact dated inside a date the message names ranks as a page there does (search's date signal)
     live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off

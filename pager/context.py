@@ -32,6 +32,7 @@ from pager.prompts import render
 
 from .errors import BudgetError
 from .page import page_id
+from .search import date_range
 from .session import Session
 
 MESSAGE_OVERHEAD = 4
@@ -487,7 +488,8 @@ _FACT_PIECES: "weakref.WeakKeyDictionary[Session, dict[int, tuple[int, ...]]]" =
 
 def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     """(fact, its line, its weight) for the facts the message is about, best first: by the fact's own
-    match and by the weight of the piece it came from, each a share of the best. A fact the search
+    match (with the date signal of the page search when the message names a date and `fact_dates` is
+    on) and by the weight of the piece it came from, each a share of the best. A fact the search
     found through its turn counts even when its own words miss the message (a paraphrase). The
     weight is the piece's alone: the split compares it with the weights of pieces on pages.
 
@@ -496,7 +498,8 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     if not session.facts or not message.strip():
         return []
     vector = message_vector(session, message)
-    own = session.facts.search(message, vector, k=MOST_FACTS)
+    span = date_range(message, session.clock()) if session.home.config.fact_dates else None
+    own = session.facts.search(message, vector, k=MOST_FACTS, span=span)
     best = own[0][1] if own and own[0][1] > 0 else 1.0
     matched = {f.n: score / best for f, score in own}
     candidates = {f.n: f for f, _ in own}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search import similarities, terms
+from .search import Index, similarities, terms
 
 BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|formerly|old|originally|changed?)\b", re.I)
 SUPERSEDED_WEIGHT = 0.6   # an old value ranks below the current one, unless the question asks what it was
@@ -122,9 +122,12 @@ class Facts:
     def history(self, subject: str) -> list[Fact]:
         return list(self._subjects.get(subject_key(subject), []))
 
-    def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 50) -> list[tuple[Fact, float]]:
-        """Facts for the query, best first: BM25 over the statements, plus vector similarity;
-        superseded facts are kept but rank below the current ones unless the query asks for the past."""
+    def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 50,
+               span: tuple[float, float] | None = None) -> list[tuple[Fact, float]]:
+        """Facts for the query, best first: BM25 over the statements, plus vector similarity, plus, for
+        the facts dated inside `span` (the dates the query names, search.date_range), the page search's
+        date signal at its weight; superseded facts are kept but rank below the current ones unless the
+        query asks for the past."""
         if not self.items:
             return []
         wanted = set(terms(query))
@@ -140,6 +143,8 @@ class Facts:
             scores /= scores.max()
         if query_vector is not None and self._vectors[0].size:
             scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
+        if span is not None:
+            scores += Index.WEIGHTS["date"] * ((arrays["ts"] >= span[0]) & (arrays["ts"] < span[1]))
         if not BEFORE.search(query):
             scores[arrays["superseded"]] *= SUPERSEDED_WEIGHT
         order = best_first(scores, k)
@@ -167,6 +172,7 @@ class Facts:
                 "lengths": lengths, "avg": float(lengths.sum()) / len(self.items) or 1.0,
                 "vectors": np.stack(self._vectors) if self._vectors and self._vectors[0].size else None,
                 "superseded": superseded,
+                "ts": np.array([f.ts for f in self.items], dtype=np.float64),
             }
         return self._cache
 

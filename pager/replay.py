@@ -180,6 +180,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   supersede=extra.get("supersede", False), weak_similarity=extra.get("weak_similarity", 0.0),
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
+                  fact_dates=extra.get("fact_dates", False),   # nor did facts have the date signal before it was recorded
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 

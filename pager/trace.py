@@ -184,7 +184,7 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share,
                          "supersede": cfg.supersede, "weak_similarity": cfg.weak_similarity,
-                         "fill": cfg.fill})
+                         "fill": cfg.fill, "fact_dates": cfg.fact_dates})
     if session.turn_count:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)

@@ -93,6 +93,36 @@ def test_a_fact_ranks_by_the_piece_it_came_from(tmp_path):
     home.journal.close(remove=True)
 
 
+def test_a_fact_dated_inside_the_date_a_message_names_ranks_first(tmp_path):
+    from pager.search import label_time
+
+    def order(fact_dates: bool) -> list[str]:
+        config = Config(home=tmp_path / str(fact_dates), budget=1024, page_tokens=128, embedder="hash",
+                        fact_dates=fact_dates)
+        home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+        s = home.open("dates")
+        turn = s.append("Maya", "I went to the market again.").turn
+        # the same words twice: without the date signal the tie goes to the older fact, number 1
+        s.add_facts([Draft("march", "Maya went to the market.", (turn,), ts=label_time("10 March 2023")),
+                     Draft("may", "Maya went to the market.", (turn,), ts=label_time("8 May 2023"))], "script")
+        ranked = [f.subject for f, _, _ in rank_facts(s, "Where did Maya go in May 2023?")]
+        home.journal.close(remove=True)
+        return ranked
+
+    assert order(False)[0] == "march"
+    assert order(True)[0] == "may", "the fact dated in the month the message names ranks first"
+    assert Config().fact_dates is True
+
+
+def test_a_trace_from_before_the_fact_dates_replays_without_them(tmp_path):
+    from pager.replay import config_from
+
+    start = {"session": "s", "budget": 2048, "page_tokens": 128, "policy": "clock",
+             "config": {"budget": 2048, "map_tokens": 64}}
+    assert config_from(start, tmp_path, None).fact_dates is False
+    assert config_from({**start, "config": {**start["config"], "fact_dates": True}}, tmp_path, None).fact_dates is True
+
+
 def test_a_message_with_facts_is_paged_in_one_pass(tmp_path):
     home, s = trips_home(tmp_path)
     events = []
