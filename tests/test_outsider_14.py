@@ -1,0 +1,44 @@
+"""What an outside tester found in a first hour (fresh clone, fresh venv, README only), each driven the
+way the tester did."""
+
+import pytest
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.errors import InputError
+from pager.home import Home
+from conftest import ENV
+
+runner = CliRunner()
+
+
+def _home(path, **kw) -> Home:
+    return Home(Config(home=path, budget=2048, embedder="hash", **kw), embedder=HashEmbedder())
+
+
+def test_a_session_opened_and_left_unwritten_is_not_made(tmp_path):
+    """`printf 'hi\\n' | pager chat -s x/y` was refused at its message, yet the chat's close stored the
+    page table of the session it had opened; the next `pager chat -s x/y` found the session settled and
+    took the name the README says is refused. Opening writes nothing: the name is still refused, and
+    how pages are cut is fixed by the first transaction, not by a process that only looked."""
+    with _home(tmp_path / "h", page_tokens=64) as home:
+        home.open("x/y")
+        home.open("fresh")
+    with _home(tmp_path / "h") as home:
+        with pytest.raises(InputError, match='must not contain "/"'):
+            home.open("x/y").append("user", "hi")
+        fresh = home.open("fresh")
+        fresh.append("user", "hello")
+        assert fresh.page_tokens == 128
+
+
+def test_chat_twice_on_a_bad_name_is_refused_both_times(tmp_path):
+    home = str(tmp_path / "h")
+    for _ in range(2):
+        result = runner.invoke(app, ["--home", home, "chat", "--session", "x/y"], input="hi\n", env=ENV)
+        assert 'must not contain "/"' in result.output, result.output
+    listed = runner.invoke(app, ["--home", home, "sessions", "--json"], env=ENV)
+    assert '"x/y"' not in listed.output
+
