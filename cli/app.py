@@ -521,7 +521,7 @@ def replay(
         raise PagerError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)} or all")
     start, _ = rp.load(trace)
     names = list(POLICIES) if policy == "all" else [policy or start["policy"]]
-    console.print(rp.policy_table([rp.replay(trace, policy=name) for name in names], trace))
+    console.print(rp.policy_table(rp.policy_runs(trace, names), trace))
 
 
 trace_app = typer.Typer(no_args_is_help=True, help="Look inside a trace.")

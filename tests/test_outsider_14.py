@@ -71,3 +71,39 @@ def test_asked_what_a_value_was_before_when_it_had_one_the_shell_says_so():
     assert "city: Berlin" in before and "no earlier value" in before, before
     now = OfflineShell().answer("what is my city?", system)
     assert now == "From the state: “city: Berlin (p71, 2 Dec 2026)”"
+
+
+def test_replay_under_the_recorded_policy_changes_no_context(tmp_path):
+    """`pager replay TRACE` (no --policy) printed `clock* … contexts changed 7/9` for a chat trace that
+    `pager replay TRACE --check` reproduced exactly: the recorded policy was replayed as a what-if, its
+    CLOCK hand restarted at frame 0, so the row meant to be the recording was not. Here the session's
+    hand has moved (weeks appended under a small budget evict) before the traced questions."""
+    import json
+
+    from pager.agent import Agent
+    from pager.model import HandlerModel
+    from pager.offline import OfflineShell
+    from pager.trace import TraceWriter, begin
+    from conftest import DEMO
+
+    lines = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    trace = tmp_path / "chat.jsonl"
+    with Home(Config(home=tmp_path / "h", budget=4096, embedder="hash"), embedder=HashEmbedder()) as home:
+        session = home.open("maya")
+        for i in range(0, len(lines), 11):
+            session.append_many(lines[i:i + 11])
+        assert session.policy.hand != 0
+        writer = TraceWriter(trace)
+        session.events.listeners.append(writer)
+        agent = Agent(session, HandlerModel(OfflineShell()))
+        begin(session, "pager/offline", agent.budget)
+        for question in ("Who is allergic to peanuts?", "When does Priya start?", "What did we pick for sync?"):
+            agent.ask(question)
+        writer.close()
+    assert runner.invoke(app, ["replay", str(trace), "--check"], env=ENV).exit_code == 0
+    for args in ([], ["--policy", "clock"], ["--policy", "all"]):
+        result = runner.invoke(app, ["replay", str(trace), *args], env=ENV)
+        assert result.exit_code == 0, result.output
+        row = next(line for line in result.output.splitlines() if "clock*" in line)
+        changed = row.split("│")[5].strip()
+        assert changed.startswith("0/"), (args, row)
