@@ -129,8 +129,14 @@ class LiteLLMModel:
         if self.offline:
             return
         check_known_key(self.name, otherwise)
+        module = litellm()
         try:
-            env = litellm().validate_environment(model=self.name)
+            module.get_llm_provider(self.name)
+        except module.exceptions.BadRequestError:   # every call would fail the same way: say so once, now
+            raise ModelError(f"model {self.name!r} names no provider litellm knows; give it as provider/model "
+                             f"(openai/gpt-4o-mini, anthropic/claude-sonnet-4-20250514, ollama/llama3), or {otherwise}") from None
+        try:
+            env = module.validate_environment(model=self.name)
         except Exception:  # noqa: BLE001 - an unknown provider: let the first call say what is wrong
             return
         missing = env.get("missing_keys") or []

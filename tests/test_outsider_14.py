@@ -107,3 +107,24 @@ def test_replay_under_the_recorded_policy_changes_no_context(tmp_path):
         row = next(line for line in result.output.splitlines() if "clock*" in line)
         changed = row.split("│")[5].strip()
         assert changed.startswith("0/"), (args, row)
+
+
+def test_a_model_name_no_provider_answers_to_is_refused_before_the_chat_starts(tmp_path):
+    """`pager chat --model nosuchmodel-xyz` opened the REPL, and every message then came back as
+    "(no answer: … LLM Provider NOT provided …)"; `--memory-model foo` said so on every sealed batch.
+    A name litellm cannot route is refused in one line, naming the way out."""
+    home = str(tmp_path / "h")
+    for option in ("--model", "--memory-model", "--bookmark-model"):
+        result = runner.invoke(app, ["--home", home, "chat", "--session", "s", option, "nosuchmodel-xyz"],
+                               input="hello\n", env=ENV)
+        assert result.exit_code == 1, (option, result.output)
+        assert "you>" not in result.output and "provider/model" in result.output, (option, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_a_routable_model_name_passes_the_check(monkeypatch):
+    from pager.llm import LiteLLMModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    LiteLLMModel("openai/my-local-model").check()   # a provider litellm knows, its key set: not refused
+    LiteLLMModel("gpt-4o-mini").check()
