@@ -18,7 +18,7 @@ from pager import views
 from pager.agent import Agent
 from pager.config import POLICIES, Config
 from pager.errors import PagerError
-from pager.home import Home
+from pager.home import Home, check_new_name
 from pager.llm import OFFLINE, LiteLLMModel, check_known_key, preload
 from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
@@ -173,6 +173,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
+        check_new_name(session)   # a name a new session may not have is refused now, not at the first message
         settle()
         if loading:
             loading.join()

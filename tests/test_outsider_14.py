@@ -38,7 +38,8 @@ def test_chat_twice_on_a_bad_name_is_refused_both_times(tmp_path):
     home = str(tmp_path / "h")
     for _ in range(2):
         result = runner.invoke(app, ["--home", home, "chat", "--session", "x/y"], input="hi\n", env=ENV)
-        assert 'must not contain "/"' in result.output, result.output
+        assert 'must not contain "/"' in result.output and result.exit_code == 2, result.output
+        assert "you>" not in result.output   # refused before the REPL, not at the first message
     listed = runner.invoke(app, ["--home", home, "sessions", "--json"], env=ENV)
     assert '"x/y"' not in listed.output
 
