@@ -396,7 +396,7 @@ def search(
                     when = f"{r['date']} → {r['valid_to']} (superseded by {r['superseded_by']})"
                 elif r["kind"] == "state":
                     when = "current" if r["current"] else "earlier value"
-                score = f"{r['score']:.3f}" if "score" in r else ""
+                score = ("weak " if r.get("weak") else "") + (f"{r['score']:.3f}" if "score" in r else "")
                 other.add_row(r["kind"], r["id"], score, ",".join(r["pages"][:3]), when, Text(r["text"]))
             console.print(other)
 

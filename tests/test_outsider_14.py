@@ -129,3 +129,24 @@ def test_a_routable_model_name_passes_the_check(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     LiteLLMModel("openai/my-local-model").check()   # a provider litellm knows, its key set: not refused
     LiteLLMModel("gpt-4o-mini").check()
+
+
+def test_tier_hits_near_by_meaning_only_are_marked_weak_like_pages(maya, tmp_path):
+    """`pager search "xyzzy plugh"` said no page matches by its words and marked every page weak, then
+    listed eight summaries "in the memory tiers" with scores, unmarked, as if they matched."""
+    import json
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    assert runner.invoke(app, ["--home", str(home), "summarize", "-s", "maya"], env=ENV).exit_code == 0
+    nothing = runner.invoke(app, ["--home", str(home), "search", "xyzzy plugh", "-s", "maya", "--json"], env=ENV)
+    tiers = json.loads(nothing.output)["tiers"]
+    assert tiers and all(t["weak"] for t in tiers if t["kind"] in ("fact", "summary")), tiers
+    okta = json.loads(runner.invoke(app, ["--home", str(home), "search", "Okta", "-s", "maya", "--json"], env=ENV).output)
+    hits = [t for t in okta["tiers"] if t["kind"] == "summary" and "Okta" in t["text"]]
+    assert hits and not any(t["weak"] for t in hits)
+    table = runner.invoke(app, ["--home", str(home), "search", "xyzzy plugh", "-s", "maya"], env=ENV,
+                          terminal_width=200).output
+    tier_rows = [line for line in table.split("in the memory tiers")[1].splitlines() if line.startswith("│ summary")]
+    assert tier_rows and all("weak" in line for line in tier_rows), table
