@@ -81,6 +81,14 @@ def open_home(config, read_only: bool = False):
     return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
+def existing_trace(ctx: typer.Context, trace: Path) -> None:
+    """Refuse a trace path with nothing there, naming this home's traces folder (--home, PAGER_HOME)."""
+    if not trace.exists():
+        from pager.errors import InputError
+
+        raise InputError(f"no trace at {trace}; list this home's traces with `ls {load_config(ctx).home / 'traces'}`")
+
+
 def writable(path: Optional[Path], flag: str) -> None:
     """Refuse an output path that cannot be written, before any work is done for it."""
     import os
@@ -498,6 +506,7 @@ def migrate(ctx: typer.Context) -> None:
 
 @command()
 def replay(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="a trace (JSONL) written by pager chat, the toolkit or pager bench trace"),
     check: bool = typer.Option(False, "--check", help="compare with the recording; exit 1 at the first divergence"),
     policy: Optional[str] = typer.Option(None, "--policy", help="replay under another policy, or 'all' to compare"),
@@ -509,6 +518,7 @@ def replay(
     from pager.config import POLICIES
 
     console = Console(highlight=False)
+    existing_trace(ctx, trace)
     if check:
         run = rp.replay(trace, check=True)
         if run.divergence:
@@ -531,6 +541,7 @@ app.add_typer(trace_app, name="trace")
 @trace_app.command("show")
 @handles_errors
 def trace_show(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="a trace (JSONL)"),
     step: Optional[int] = typer.Option(None, "--step", min=1, help="show the context of the N-th model call (from 1)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML timeline here"),
@@ -543,6 +554,7 @@ def trace_show(
     from pager import views
 
     console = Console(highlight=False)
+    existing_trace(ctx, trace)
     writable(html, "--html")
     if html:
         from pager.timeline import write
@@ -574,7 +586,9 @@ def trace_show(
 
     rp.replay(trace, on_context=at)
     if not shown:
-        raise PagerError(f"{trace} has fewer than {step} model calls; see `pager trace show {trace}`")
+        calls = sum(1 for e in rp.load(trace)[1] if e["kind"] == "model_request")
+        raise PagerError(f"{trace} has {calls} model calls" + (f"; give --step 1 to {calls}" if calls else "")
+                         + f" (`pager trace show {trace}` sums it up)")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale.")

@@ -150,3 +150,25 @@ def test_tier_hits_near_by_meaning_only_are_marked_weak_like_pages(maya, tmp_pat
                           terminal_width=200).output
     tier_rows = [line for line in table.split("in the memory tiers")[1].splitlines() if line.startswith("│ summary")]
     assert tier_rows and all("weak" in line for line in tier_rows), table
+
+
+def test_replay_and_trace_show_say_what_is_wrong_with_the_file_they_were_given(tmp_path):
+    """`pager --home DIR replay missing.jsonl` sent the user to `ls ~/.pager/traces`, not DIR's traces;
+    `pager replay conv.jsonl` (a conversation) said "an event needs a 'kind'; fix or delete that line";
+    `pager trace show T --step 99` said "fewer than 99 model calls" without saying how many there are."""
+    from conftest import chat
+
+    home = tmp_path / "h"
+    missing = runner.invoke(app, ["--home", str(home), "replay", str(tmp_path / "missing.jsonl")], env=ENV)
+    assert missing.exit_code == 2 and f"ls {home / 'traces'}" in missing.output, missing.output
+    shown = runner.invoke(app, ["--home", str(home), "trace", "show", str(tmp_path / "missing.jsonl")], env=ENV)
+    assert shown.exit_code == 2 and f"ls {home / 'traces'}" in shown.output, shown.output
+    conversation = tmp_path / "conv.jsonl"
+    conversation.write_text('{"speaker": "Ann", "text": "hello", "date": "8 May 2023"}\n')
+    wrong = runner.invoke(app, ["--home", str(home), "replay", str(conversation)], env=ENV)
+    assert wrong.exit_code == 2 and "pager ingest" in wrong.output and "fix or delete" not in wrong.output, wrong.output
+    chat(home, ["hello there", "what did I say?"], session="s")
+    trace = next((home / "traces").glob("s-chat-*.jsonl"))
+    far = runner.invoke(app, ["--home", str(home), "trace", "show", str(trace), "--step", "99"], env=ENV)
+    calls = trace.read_text().count('"kind":"model_request"')
+    assert far.exit_code == 1 and f"has {calls} model calls" in far.output and f"--step 1 to {calls}" in far.output, far.output
