@@ -208,7 +208,7 @@ def ingest(
 
     config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model, memory_model=memory_model)
     if format == "jsonl":
-        groups = parse_jsonl(file, session or config.session)
+        groups = parse_jsonl(file, session or config.session, warn=lambda m: typer.echo(f"pager: warning: {m}", err=True))
     elif format == "locomo":
         conversations = parse_locomo(file)
         if session and len(conversations) > 1:

@@ -172,3 +172,27 @@ def test_replay_and_trace_show_say_what_is_wrong_with_the_file_they_were_given(t
     far = runner.invoke(app, ["--home", str(home), "trace", "show", str(trace), "--step", "99"], env=ENV)
     calls = trace.read_text().count('"kind":"model_request"')
     assert far.exit_code == 1 and f"has {calls} model calls" in far.output and f"--step 1 to {calls}" in far.output, far.output
+
+
+def test_ingest_says_which_dates_it_cannot_read_and_what_a_plain_text_file_needs(tmp_path):
+    """A line dated "31 Feb 2023" or "yesterday" was taken without a word and dated the day it was
+    imported (its header still saying 31 Feb 2023, so "what happened in February 2023?" cannot find it);
+    a plain text file was refused with "line 1: not JSON (Expecting value); fix that line"."""
+    home = str(tmp_path / "h")
+    dated = tmp_path / "dated.jsonl"
+    dated.write_text('{"speaker": "Ann", "text": "fine", "date": "8 May 2023"}\n'
+                     '{"speaker": "Ann", "text": "odd", "date": "31 Feb 2023"}\n'
+                     '{"speaker": "Ann", "text": "vague", "date": "yesterday"}\n'
+                     '{"speaker": "Ann", "text": "exact", "date": "someday", "ts": 1683547200}\n')
+    result = runner.invoke(app, ["--home", home, "ingest", str(dated), "-s", "d"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert f"{dated}:2: date '31 Feb 2023'" in result.output and "2 lines" in result.output, result.output
+    assert '"ts"' in result.output
+    plain = tmp_path / "notes.txt"
+    plain.write_text("Ann: hi there\nBob: the code word is platypus\n")
+    refused = runner.invoke(app, ["--home", home, "ingest", str(plain), "-s", "p"], env=ENV)
+    assert refused.exit_code == 2 and '{"speaker": ' in refused.output and "fix that line" not in refused.output, refused.output
+    one_bad = tmp_path / "one_bad.jsonl"
+    one_bad.write_text('{"speaker": "Ann", "text": "fine"}\nnot json at all\n')
+    refused = runner.invoke(app, ["--home", home, "ingest", str(one_bad), "-s", "p"], env=ENV)
+    assert refused.exit_code == 2 and f"{one_bad}:2: not JSON" in refused.output and "fix that line" in refused.output
