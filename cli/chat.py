@@ -291,7 +291,15 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
         elif name == "/facts":
             console.print(views.facts_table(session, arg))
         elif name == "/summaries":
-            console.print(views.summaries_table(session, arg))
+            by_id = next((x.key for x in session.summaries.items if x.id == arg), None) if arg else None
+            if arg and not session.summaries.versions(arg) and by_id is None:   # as /state says it
+                keys = sorted(session.summaries.current, key=lambda k: k != "rolling")   # the rolling one first
+                console.print(f"no summary has the key {arg!r}; " + (
+                    f"the keys are {', '.join(keys[:8])}{' …' if len(keys) > 8 else ''} (/summaries lists them, an "
+                    "id like s1 works too)" if keys else "there are none yet (`pager summarize` writes them)"),
+                    highlight=False, markup=False)
+                return None
+            console.print(views.summaries_table(session, by_id or arg))
         elif name in ("/pin", "/unpin"):
             if not arg:
                 console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")

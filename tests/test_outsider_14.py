@@ -196,3 +196,18 @@ def test_ingest_says_which_dates_it_cannot_read_and_what_a_plain_text_file_needs
     one_bad.write_text('{"speaker": "Ann", "text": "fine"}\nnot json at all\n')
     refused = runner.invoke(app, ["--home", home, "ingest", str(one_bad), "-s", "p"], env=ENV)
     assert refused.exit_code == 2 and f"{one_bad}:2: not JSON" in refused.output and "fix that line" in refused.output
+
+
+def test_summaries_with_a_key_it_does_not_have_says_so(maya, tmp_path):
+    """`/summaries nokey` printed an empty table, where `/state nokey` says the state has no such key and
+    names its keys; the ids the table shows (s1, s2 …) were not taken either."""
+    import shutil
+
+    from conftest import chat
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    assert runner.invoke(app, ["--home", str(home), "summarize", "-s", "maya"], env=ENV).exit_code == 0
+    out = " ".join(chat(home, ["/summaries nokey", "/summaries s1"]).split())
+    assert "no summary has the key 'nokey'" in out and "rolling" in out, out
+    assert "summary 'e1': every version" in out and "│ s1 " in out, out
