@@ -211,3 +211,14 @@ def test_summaries_with_a_key_it_does_not_have_says_so(maya, tmp_path):
     out = " ".join(chat(home, ["/summaries nokey", "/summaries s1"]).split())
     assert "no summary has the key 'nokey'" in out and "rolling" in out, out
     assert "summary 'e1': every version" in out and "│ s1 " in out, out
+
+
+def test_a_store_of_another_vector_size_names_the_embedders_of_its_size(tmp_path):
+    """`pager demo --keep D` (the demo keeps its own embedder) then `PAGER_EMBEDDER=hash pager --home D chat
+    -s demo`: "set PAGER_EMBEDDER to the embedder it was made with", which the user never chose."""
+    home = tmp_path / "h"
+    (tmp_path / "a.jsonl").write_text('{"speaker": "Ann", "text": "hello"}\n')
+    assert runner.invoke(app, ["--home", str(home), "ingest", str(tmp_path / "a.jsonl"), "-s", "a"],
+                         env=ENV).exit_code == 0   # the hashing embedder: 256-dim
+    result = runner.invoke(app, ["--home", str(home), "search", "hello", "-s", "a"], env={"PAGER_EMBEDDER": "wordllama"})
+    assert result.exit_code != 0 and "PAGER_EMBEDDER=hash" in result.output and "wordllama:256" in result.output, result.output
