@@ -194,7 +194,7 @@ def sessions(
 @command()
 def ingest(
     ctx: typer.Context,
-    file: Path = typer.Argument(..., help="conversation file"),
+    file: Path = typer.Argument(..., help="conversation file ('-': standard input)"),
     format: str = typer.Option("jsonl", "--format", "-f", help="jsonl or locomo"),
     session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),

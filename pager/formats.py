@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,10 +22,13 @@ from .errors import InputError
 MAX_TEXT_CHARS = 1_000_000
 
 
+STDIN = "-"   # the file name that means standard input (`… | pager ingest - -s NAME`)
+
+
 def read_text(path: Path) -> str:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if str(path) == STDIN else path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"no file at {path}; check the path") from None
     except IsADirectoryError:
@@ -44,6 +48,7 @@ def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = N
     """One JSON object per line: {"speaker" or "role", "text" or "content", optional "date", "ts", "session"}.
     warn, if given, hears of lines whose date names no day pager reads (they are dated when imported)."""
     text = read_text(path)
+    path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     try:
         groups = _parse_jsonl(path, text, session)
     except InputError as exc:
@@ -217,8 +222,10 @@ def normalize_evidence(raw: list, known: set[str]) -> list[str]:
 
 
 def parse_locomo(path: Path) -> list[Conversation]:
+    text = read_text(path)
+    path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and exc.lineno > 1:   # one JSON value per line: a JSONL file
             raise InputError(f"{path} holds one JSON object per line (JSONL), not a LoCoMo file: import it "

@@ -222,3 +222,13 @@ def test_a_store_of_another_vector_size_names_the_embedders_of_its_size(tmp_path
                          env=ENV).exit_code == 0   # the hashing embedder: 256-dim
     result = runner.invoke(app, ["--home", str(home), "search", "hello", "-s", "a"], env={"PAGER_EMBEDDER": "wordllama"})
     assert result.exit_code != 0 and "PAGER_EMBEDDER=hash" in result.output and "wordllama:256" in result.output, result.output
+
+
+def test_ingest_reads_standard_input_from_a_dash(tmp_path):
+    """`… | pager ingest - -s a` said "no file at -; check the path"."""
+    home = str(tmp_path / "h")
+    result = runner.invoke(app, ["--home", home, "ingest", "-", "-s", "a"], env=ENV,
+                           input='{"speaker": "Ann", "text": "hello"}\n{"speaker": "Bob", "text": "hi"}\n')
+    assert result.exit_code == 0 and "a: 2 new turns" in result.output, result.output
+    bad = runner.invoke(app, ["--home", home, "ingest", "-", "-s", "a"], env=ENV, input="not json\n")
+    assert bad.exit_code == 2 and "<stdin>:1: not JSON" in bad.output, bad.output
