@@ -232,3 +232,11 @@ def test_ingest_reads_standard_input_from_a_dash(tmp_path):
     assert result.exit_code == 0 and "a: 2 new turns" in result.output, result.output
     bad = runner.invoke(app, ["--home", home, "ingest", "-", "-s", "a"], env=ENV, input="not json\n")
     assert bad.exit_code == 2 and "<stdin>:1: not JSON" in bad.output, bad.output
+
+
+def test_demo_keep_on_a_file_names_the_keep_option(tmp_path):
+    """`pager demo --keep FILE` said "pick a folder with --home (or PAGER_HOME)": the demo has no --home."""
+    file = tmp_path / "notes.txt"
+    file.write_text("x")
+    result = runner.invoke(app, ["demo", "--keep", str(file)], env=ENV)
+    assert result.exit_code == 2 and "--keep" in result.output and "--home" not in result.output, result.output
