@@ -230,8 +230,10 @@ def ingest(
         for name, s in sessions.items():
             added = accepted.new[s]
             known = len(groups[name]) - added
+            pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too, as chat and check count
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
-                       f" → {s.turn_count} turns, {len(s.pages)} pages")
+                       f" → {s.turn_count} turns on {pages} page{'s' if pages != 1 else ''}"
+                       + (f" (p{s.tail_n} open)" if s.packer.pieces else ""))
             if config.writer_model:
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())

@@ -240,3 +240,11 @@ def test_demo_keep_on_a_file_names_the_keep_option(tmp_path):
     file.write_text("x")
     result = runner.invoke(app, ["demo", "--keep", str(file)], env=ENV)
     assert result.exit_code == 2 and "--keep" in result.output and "--home" not in result.output, result.output
+
+
+def test_ingest_counts_the_open_page_as_chat_and_check_do(tmp_path):
+    """`pager ingest` of three lines said "3 turns, 0 pages", while chat says "on 1 page" and /pages lists
+    p1: where did my turns go?"""
+    (tmp_path / "a.jsonl").write_text('{"speaker": "Ann", "text": "hello"}\n{"speaker": "Bob", "text": "hi"}\n')
+    result = runner.invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(tmp_path / "a.jsonl"), "-s", "a"], env=ENV)
+    assert "a: 2 new turns → 2 turns on 1 page (p1 open)" in result.output, result.output
