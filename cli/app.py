@@ -81,6 +81,14 @@ def open_home(config, read_only: bool = False):
     return Home(config, read_only=read_only, warn=lambda message: typer.echo(f"pager: warning: {message}", err=True))
 
 
+def existing_trace(ctx: typer.Context, trace: Path) -> None:
+    """Refuse a trace path with nothing there, naming this home's traces folder (--home, PAGER_HOME)."""
+    if not trace.exists():
+        from pager.errors import InputError
+
+        raise InputError(f"no trace at {trace}; list this home's traces with `ls {load_config(ctx).home / 'traces'}`")
+
+
 def writable(path: Optional[Path], flag: str) -> None:
     """Refuse an output path that cannot be written, before any work is done for it."""
     import os
@@ -186,7 +194,7 @@ def sessions(
 @command()
 def ingest(
     ctx: typer.Context,
-    file: Path = typer.Argument(..., help="conversation file"),
+    file: Path = typer.Argument(..., help="conversation file ('-': standard input)"),
     format: str = typer.Option("jsonl", "--format", "-f", help="jsonl or locomo"),
     session: Optional[str] = typer.Option(None, "--session", "-s", help="session to append to (jsonl default: 'default'; locomo: one session per sample unless given)"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens", help="page size for new sessions"),
@@ -200,7 +208,7 @@ def ingest(
 
     config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model, memory_model=memory_model)
     if format == "jsonl":
-        groups = parse_jsonl(file, session or config.session)
+        groups = parse_jsonl(file, session or config.session, warn=lambda m: typer.echo(f"pager: warning: {m}", err=True))
     elif format == "locomo":
         conversations = parse_locomo(file)
         if session and len(conversations) > 1:
@@ -222,8 +230,10 @@ def ingest(
         for name, s in sessions.items():
             added = accepted.new[s]
             known = len(groups[name]) - added
+            pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too, as chat and check count
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
-                       f" → {s.turn_count} turns, {len(s.pages)} pages")
+                       f" → {s.turn_count} turns on {pages} page{'s' if pages != 1 else ''}"
+                       + (f" (p{s.tail_n} open)" if s.packer.pieces else ""))
             if config.writer_model:
                 _write_bookmarks(s)
     total = sum(len(m) for m in groups.values())
@@ -396,7 +406,7 @@ def search(
                     when = f"{r['date']} → {r['valid_to']} (superseded by {r['superseded_by']})"
                 elif r["kind"] == "state":
                     when = "current" if r["current"] else "earlier value"
-                score = f"{r['score']:.3f}" if "score" in r else ""
+                score = ("weak " if r.get("weak") else "") + (f"{r['score']:.3f}" if "score" in r else "")
                 other.add_row(r["kind"], r["id"], score, ",".join(r["pages"][:3]), when, Text(r["text"]))
             console.print(other)
 
@@ -498,6 +508,7 @@ def migrate(ctx: typer.Context) -> None:
 
 @command()
 def replay(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="a trace (JSONL) written by pager chat, the toolkit or pager bench trace"),
     check: bool = typer.Option(False, "--check", help="compare with the recording; exit 1 at the first divergence"),
     policy: Optional[str] = typer.Option(None, "--policy", help="replay under another policy, or 'all' to compare"),
@@ -509,6 +520,7 @@ def replay(
     from pager.config import POLICIES
 
     console = Console(highlight=False)
+    existing_trace(ctx, trace)
     if check:
         run = rp.replay(trace, check=True)
         if run.divergence:
@@ -521,7 +533,7 @@ def replay(
         raise PagerError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)} or all")
     start, _ = rp.load(trace)
     names = list(POLICIES) if policy == "all" else [policy or start["policy"]]
-    console.print(rp.policy_table([rp.replay(trace, policy=name) for name in names], trace))
+    console.print(rp.policy_table(rp.policy_runs(trace, names), trace))
 
 
 trace_app = typer.Typer(no_args_is_help=True, help="Look inside a trace.")
@@ -531,6 +543,7 @@ app.add_typer(trace_app, name="trace")
 @trace_app.command("show")
 @handles_errors
 def trace_show(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="a trace (JSONL)"),
     step: Optional[int] = typer.Option(None, "--step", min=1, help="show the context of the N-th model call (from 1)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML timeline here"),
@@ -543,6 +556,7 @@ def trace_show(
     from pager import views
 
     console = Console(highlight=False)
+    existing_trace(ctx, trace)
     writable(html, "--html")
     if html:
         from pager.timeline import write
@@ -574,7 +588,9 @@ def trace_show(
 
     rp.replay(trace, on_context=at)
     if not shown:
-        raise PagerError(f"{trace} has fewer than {step} model calls; see `pager trace show {trace}`")
+        calls = sum(1 for e in rp.load(trace)[1] if e["kind"] == "model_request")
+        raise PagerError(f"{trace} has {calls} model calls" + (f"; give --step 1 to {calls}" if calls else "")
+                         + f" (`pager trace show {trace}` sums it up)")
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale.")

@@ -18,7 +18,7 @@ from pager import views
 from pager.agent import Agent
 from pager.config import POLICIES, Config
 from pager.errors import PagerError
-from pager.home import Home
+from pager.home import Home, check_new_name
 from pager.llm import OFFLINE, LiteLLMModel, check_known_key, preload
 from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
@@ -173,6 +173,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm
     with home_factory(config) as home:
         session = home.open()
+        check_new_name(session)   # a name a new session may not have is refused now, not at the first message
         settle()
         if loading:
             loading.join()
@@ -290,7 +291,15 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
         elif name == "/facts":
             console.print(views.facts_table(session, arg))
         elif name == "/summaries":
-            console.print(views.summaries_table(session, arg))
+            by_id = next((x.key for x in session.summaries.items if x.id == arg), None) if arg else None
+            if arg and not session.summaries.versions(arg) and by_id is None:   # as /state says it
+                keys = sorted(session.summaries.current, key=lambda k: k != "rolling")   # the rolling one first
+                console.print(f"no summary has the key {arg!r}; " + (
+                    f"the keys are {', '.join(keys[:8])}{' …' if len(keys) > 8 else ''} (/summaries lists them, an "
+                    "id like s1 works too)" if keys else "there are none yet (`pager summarize` writes them)"),
+                    highlight=False, markup=False)
+                return None
+            console.print(views.summaries_table(session, by_id or arg))
         elif name in ("/pin", "/unpin"):
             if not arg:
                 console.print(f"usage: {name} PAGE, a page id like p5 (/pages lists them)")

@@ -51,6 +51,8 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
 
     console = console or Console(highlight=False)
     started = time.perf_counter()
+    if keep is not None and keep.exists() and not keep.is_dir():
+        raise InputError(f"--keep {keep} is a file; give a folder for the demo's home (made if missing)")
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pager-demo-")))
         config = Config(home=folder, budget=budget, session="demo")

@@ -10,20 +10,25 @@ import hashlib
 import json
 import math
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from .errors import InputError
 
 MAX_TEXT_CHARS = 1_000_000
 
 
+STDIN = "-"   # the file name that means standard input (`… | pager ingest - -s NAME`)
+
+
 def read_text(path: Path) -> str:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if str(path) == STDIN else path.read_bytes()
     except FileNotFoundError:
         raise InputError(f"no file at {path}; check the path") from None
     except IsADirectoryError:
@@ -39,15 +44,37 @@ def read_text(path: Path) -> str:
 MAX_TS = 253402300799.0
 
 
-def parse_jsonl(path: Path, session: str) -> dict[str, list[dict]]:
-    """One JSON object per line: {"speaker" or "role", "text" or "content", optional "date", "ts", "session"}."""
+def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = None) -> dict[str, list[dict]]:
+    """One JSON object per line: {"speaker" or "role", "text" or "content", optional "date", "ts", "session"}.
+    warn, if given, hears of lines whose date names no day pager reads (they are dated when imported)."""
     text = read_text(path)
+    path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     try:
-        return _parse_jsonl(path, text, session)
+        groups = _parse_jsonl(path, text, session)
     except InputError as exc:
         if _looks_like_locomo(text):
             raise InputError(f"{exc}; the file looks like LoCoMo JSON: add --format locomo") from None
         raise
+    if warn:
+        _warn_unread_dates(path, text, warn)
+    return groups
+
+
+def _warn_unread_dates(path: Path, text: str, warn: Callable[[str], None]) -> None:
+    """One line for every "date" without "ts" that names no day (label_time): such a line is dated the day it
+    is imported, while its header shows the date as written, so a question about that date cannot find it."""
+    from .search import label_time
+
+    unread = []
+    for number, line in enumerate(text.splitlines(), 1):
+        obj = json.loads(line) if line.strip() else None
+        if isinstance(obj, dict) and obj.get("date") and obj.get("ts") is None and label_time(str(obj["date"])) is None:
+            unread.append((number, str(obj["date"])))
+    if unread:
+        number, date = unread[0]
+        warn(f"{path}:{number}: date {date[:40]!r} names no day pager reads (like '8 May 2023' or 2023-05-08); "
+             f"{len(unread)} line{'s' if len(unread) > 1 else ''} like it {'are' if len(unread) > 1 else 'is'} dated "
+             "the day imported: fix the dates, or give each a \"ts\" (seconds since the epoch)")
 
 
 def _looks_like_locomo(text: str) -> bool:
@@ -68,6 +95,10 @@ def _parse_jsonl(path: Path, content: str, session: str) -> dict[str, list[dict]
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
+            if not out and not line.lstrip().startswith(("{", "[", '"')):   # the first line plain text: a text file
+                raise InputError(f"{where}: not JSON; pager ingest reads JSONL, one object per line like "
+                                 '{"speaker": "Ann", "text": "…", "date": "8 May 2023"} (or a LoCoMo file with '
+                                 "--format locomo): convert the file; nothing was imported") from None
             raise InputError(f"{where}: not JSON ({exc.msg}); fix that line, nothing was imported") from None
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected an object like {{\"speaker\": …, \"text\": …}}; nothing was imported")
@@ -191,8 +222,10 @@ def normalize_evidence(raw: list, known: set[str]) -> list[str]:
 
 
 def parse_locomo(path: Path) -> list[Conversation]:
+    text = read_text(path)
+    path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and exc.lineno > 1:   # one JSON value per line: a JSONL file
             raise InputError(f"{path} holds one JSON object per line (JSONL), not a LoCoMo file: import it "

@@ -333,7 +333,7 @@ class Home:
         if self.read_only:
             raise StoreError("this home was opened read-only; open it without read_only to write")
         for s in groups:
-            _check_new_name(s)
+            check_new_name(s)
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
         order = sorted(drafts, key=lambda s: s.key())
         with self._mutex:
@@ -423,7 +423,7 @@ class Home:
         builds the op under the lock after the session took in what other processes wrote (a state
         change is numbered after theirs); it returns None when there is nothing to write, or a list of
         ops to write in one frame (a batch of facts)."""
-        _check_new_name(session)
+        check_new_name(session)
         with self._mutex, self.session_lock(session.user, session.name) as lock:
             self._lease(session)
             if callable(op):
@@ -793,7 +793,7 @@ def memory_home(config: Config, embedder: Embedder | None = None, **kw) -> Home:
     return Home(config, store=MemoryStore(), embedder=embedder, durable=False, **kw)
 
 
-def _check_new_name(session) -> None:
+def check_new_name(session) -> None:
     """Refuse the first write of a new session whose name could not be reached at /sessions/{name}
     (a turn, a state change, a bookmark: any of them makes the session), before anything is taken."""
     if not session.settled and session.turn_count == 0 and (problem := name_problem(session.name)):

@@ -98,6 +98,22 @@ def check_known_key(model: str, otherwise: str = "run without --model for the of
         raise ModelError(f"model {model} needs {key} in the environment; set it, or {otherwise}")
 
 
+UNROUTABLE = ("names no provider litellm knows; give it as provider/model (openai/gpt-4o-mini, "
+              "anthropic/claude-sonnet-4-20250514, ollama/llama3)")
+
+
+def routable(model: str) -> bool:
+    """Whether litellm can tell which provider serves this model name (pager's own `pager/…` can)."""
+    if model.startswith("pager/"):
+        return True
+    module = litellm()
+    try:
+        module.get_llm_provider(model)
+    except module.exceptions.BadRequestError:
+        return False
+    return True
+
+
 @dataclass
 class ModelReply:
     text: str
@@ -129,6 +145,8 @@ class LiteLLMModel:
         if self.offline:
             return
         check_known_key(self.name, otherwise)
+        if not routable(self.name):   # every call would fail the same way: say so once, now
+            raise ModelError(f"model {self.name!r} {UNROUTABLE}, or {otherwise}")
         try:
             env = litellm().validate_environment(model=self.name)
         except Exception:  # noqa: BLE001 - an unknown provider: let the first call say what is wrong

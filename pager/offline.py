@@ -26,6 +26,7 @@ _BLOCK = re.compile(r"^\[(p\d+)(?: · ([^·\]]+))?[^\]]*\]\n((?:(?!\n\[p\d+).)*)
 _RESULT = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)", re.M)
 _RESULT_LINE = re.compile(r"^- (p\d+) \([^,]*, (resident|on disk)(?:, score [\d.]+(, weak)?)?[^\n]*?\): ([^\n]*)$", re.M)
 _BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|old|changed?)\b", re.I)
+_EARLIER = re.compile(r"\b(before|previous(?:ly)?|earlier|used to)\b", re.I)   # asks for an earlier value
 _HISTORY = re.compile(r"^state [^\n]*; before: [^\n]*", re.M)
 _FACT = re.compile(r"^- (f\d+) \(([^)]*)\): ([^\n]+)$", re.M)
 _STATE = re.compile(r"^\[state\b[^\n]*\n((?:- [^\n]*(?:\n|$))*)", re.M)
@@ -120,6 +121,9 @@ class OfflineShell:
         if runner:
             quotes.append(runner)
         text = " Also ".join(f"from {p}{' (' + d + ')' if d else ''}: “{line}”" for _, p, d, line in quotes)
+        if best[1] == "the state" and _EARLIER.search(question):
+            # asked what it was before, and the state's history had nothing earlier (the search said no "before")
+            text += ", its only value: the working state holds no earlier value for it"
         return text[0].upper() + text[1:]
 
 

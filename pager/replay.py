@@ -539,6 +539,13 @@ def recorded_policies(path: Path) -> tuple[list[str], list[str]]:
     return used, asked or used[-1:]
 
 
+def policy_runs(path: Path, names: Iterable[str]) -> list[Run]:
+    """A replay under each policy named. The recorded policy, when the run never switched, is replayed as
+    it ran (from its CLOCK hand), not as a what-if that restarts the hand: its row is the recording."""
+    used, _ = recorded_policies(path)
+    return [replay(path, policy=None if used == [name] else name) for name in names]
+
+
 def policy_table(runs: list[Run], path: Path):
     """Faults, evictions, hit rate and changed contexts per policy, each against OPT. The recorded
     policy (the one in force while the run called the model; several if it switched) is starred."""

@@ -38,6 +38,7 @@ from .config import Config
 from .engine import Engine
 from .errors import ConfigError, PagerError
 from .keys import KeyRing
+from .llm import UNROUTABLE, routable
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
                     error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
 
@@ -440,6 +441,9 @@ class Server:
         if not self._models_ready and req.model != OFFLINE_NAME:
             await asyncio.to_thread(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
+        if req.model != OFFLINE_NAME and not routable(req.model):   # no call of it can work: nothing is stored
+            raise RequestError(f"model {req.model!r} {UNROUTABLE}, or use model 'offline'", 404,
+                               code="model_not_found", param="model")
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
                                tenant=tenant, name=req.session)
         task = asyncio.ensure_future(turn)

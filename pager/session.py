@@ -1047,6 +1047,8 @@ class Session:
     def take_pending(self) -> Batch:
         self._embed_pending()
         batch, self.pending = self.pending, Batch()
+        if not self.settled and not self.turn_count:
+            return batch   # opened, never written: storing its page table would make the session (and settle it)
         state = self.paging_state(every=False)
         if state != self._state_stored:  # an unchanged page table is not written again
             batch.states[self.key()] = state

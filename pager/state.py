@@ -133,9 +133,12 @@ class State:
 # -- what the offline shell may take as a statement of state -------------------------------------------------
 _VALUE = r"([^?!\n]{1,120}?)"
 _LABELLED = re.compile(r"^\s*(?:set\s+)?([a-z][a-z' -]{0,30}?)\s*:\s+([^?!\n]{1,40}?)\s*$", re.I)  # a short value only
+# a word or two of talk before a statement ("actually my city is now Lisbon", "Correction: my dose is 20 mg")
+_LEAD = (r"^\s*(?:(?:actually|oh|ok|okay|so|well|also|and|btw|by the way|correction|update|sorry|fyi|no|hey|"
+         r"just so you know)\s*[,:;.!-]?\s+)*")
 _STATEMENTS = [
-    re.compile(r"^\s*remember(?: that)?\s*[:,-]?\s*(?:my\s+)?([a-z][\w' -]{0,40}?)\s+(?:is|are|=)\s+" + _VALUE + r"\s*[.!]?\s*$", re.I),
-    re.compile(r"^\s*my\s+([a-z][\w' -]{0,40}?)\s+(?:is|are)\s+(?:now\s+)?" + _VALUE + r"\s*[.!]?\s*$", re.I),
+    re.compile(_LEAD + r"remember(?: that)?\s*[:,-]?\s*(?:my\s+)?([a-z][\w' -]{0,40}?)\s+(?:is|are|=)\s+" + _VALUE + r"\s*[.!]?\s*$", re.I),
+    re.compile(_LEAD + r"my\s+([a-z][\w' -]{0,40}?)\s+(?:is|are)\s+(?:now\s+)?" + _VALUE + r"\s*[.!]?\s*$", re.I),
     _LABELLED,
 ]
 _HEDGES = re.compile(r"\b(not|maybe|might|perhaps|probably|think|thinks|guess|if|was|were|used to|no longer|"

@@ -327,7 +327,8 @@ class LanceStore:
             cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
             if not cut:
                 raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
-                                 "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+                                 f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}), "
+                                 "or use a new --home")
             if self.read_only:
                 raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
                                  "run `pager migrate` to cut them (or any command that writes)")
@@ -683,6 +684,13 @@ class LanceStore:
                          "try again")
 
 
+def embedders_of(dim: int) -> str:
+    """The PAGER_EMBEDDER settings that make vectors of this size: what a store of that size was made with."""
+    named = {128: "PAGER_EMBEDDER=wordllama, the default", 256: "PAGER_EMBEDDER=hash or wordllama:256",
+             64: "PAGER_EMBEDDER=wordllama:64"}
+    return named.get(dim, f"a litellm embedding model of {dim} dimensions")
+
+
 def _settings_hint(uri: str) -> str:
     hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
     if uri.startswith("s3+ddb://"):
@@ -769,7 +777,8 @@ def m006_vector_dims(store: LanceStore) -> None:
         return  # a store made at this size, or another process cut it first
     if not store.matryoshka or stored < store.dim:
         raise StoreError(f"the store at {store.uri} holds {stored}-dim vectors, the embedder makes {store.dim}; "
-                         "set PAGER_EMBEDDER to the embedder it was made with, or use a new --home")
+                         f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}), "
+                         "or use a new --home")
     schema = store._schemas()["pages"]
     batches = []
     for batch in table.search().limit(None).to_batches(4096):

@@ -163,6 +163,9 @@ def read_trace(path: Path) -> Iterator[dict]:
             if number == len(lines):
                 return  # a write cut short by a crash
             raise InputError(f"{path}:{number}: not a JSON line; fix or delete that line") from None
+        if isinstance(obj, dict) and "kind" not in obj and ("text" in obj or "content" in obj):
+            raise InputError(f"{path}:{number} is a line of conversation, not a trace event: `pager ingest {path}` "
+                             "imports it; replay takes a trace from a home's traces/ folder")
         if not isinstance(obj, dict) or "kind" not in obj:
             raise InputError(f"{path}:{number}: an event needs a 'kind'; fix or delete that line")
         if obj.get("v", TRACE_VERSION) > TRACE_VERSION:

@@ -7,6 +7,7 @@ from collections.abc import Set
 from rich.table import Table
 from rich.text import Text
 
+from .search import terms
 from .session import Session
 
 
@@ -143,14 +144,23 @@ def tier_hits(session: Session, query: str, k: int = 8) -> list[dict]:
     rows: list[dict] = []
     vector = session.home.embedder.embed([query])[0].astype("float16").astype("float32") if (
         session.facts.items or session.summaries.items) else None
+    floor, wanted = session.home.config.weak_similarity, set(terms(query))
+
+    def weak(text: str, score: float) -> bool:
+        """As a page is (Session.weak): no word of the query in it, and near it by meaning only below the floor
+        (a fact's or summary's score without a word of the query is half its similarity)."""
+        return floor > 0 and not wanted & set(terms(text)) and score < 0.5 * floor
+
     for f, score in session.facts.search(query, vector, k=k):
         later = session.facts.superseded_by(f)
         rows.append({"kind": "fact", "id": f.id, "score": score, "text": f.text, "subject": f.subject,
                      "pages": [f"p{p}" for p in f.pages], "date": f.date, "superseded": later is not None,
-                     "valid_to": later.date if later else None, "superseded_by": later.id if later else None})
+                     "valid_to": later.date if later else None, "superseded_by": later.id if later else None,
+                     "weak": weak(f.text, score)})
     for x, score in session.summaries.search(query, vector, k=k):
         rows.append({"kind": "summary", "id": x.id, "score": score, "text": x.text, "key": x.key, "type": x.kind,
-                     "version": x.version, "pages": [f"p{x.pages[0]}", f"p{x.pages[1]}"], "date": x.date})
+                     "version": x.version, "pages": [f"p{x.pages[0]}", f"p{x.pages[1]}"], "date": x.date,
+                     "weak": weak(x.text, score)})
     for c in session.state.find(query)[:k]:
         now = session.state.current.get(c.key)
         rows.append({"kind": "state", "id": f"change {c.seq}", "key": c.key, "text": "(unset)" if c.unset else c.value,

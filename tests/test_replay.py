@@ -120,7 +120,7 @@ def test_trace_show_step_and_html(tmp_path):
     page = html.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page and "peanuts" in page  # hover text of p5
     result = runner.invoke(app, ["trace", "show", str(trace), "--step", "99"])
-    assert result.exit_code != 0 and "fewer than 99 model calls" in result.output
+    assert result.exit_code != 0 and "has 2 model calls; give --step 1 to 2" in result.output
 
 
 def test_a_bundled_trace_shows_every_lane_of_the_timeline(tmp_path):

@@ -338,6 +338,17 @@ def test_a_failing_model_is_502_and_the_message_is_kept(open_server):
     assert "9931" in hits[0]["snippet"]
 
 
+def test_a_model_name_no_provider_answers_to_is_404_and_stores_nothing(open_server):
+    """An outsider's `"model": "nosuchmodel-xyz"` was a 502 "the model failed: … LLM Provider NOT provided",
+    its message stored in a session; no call of that name can ever work: OpenAI's 404 model_not_found."""
+    with open_server.http() as http:
+        r = http.post("/v1/chat/completions", json={"model": "nosuchmodel-xyz", "user": "unroutable", "messages": [
+            {"role": "user", "content": "hello"}]})
+        assert r.status_code == 404, r.text
+        assert r.json()["error"]["code"] == "model_not_found" and "provider/model" in r.json()["error"]["message"]
+        assert http.get("/sessions/unroutable").status_code == 404
+
+
 def _blocked_model(name: str, answer: str) -> tuple[threading.Event, threading.Event]:
     """Register model pager/NAME, which says it was called and answers only once released."""
     from pager.llm import register
