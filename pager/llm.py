@@ -111,6 +111,8 @@ def routable(model: str) -> bool:
         module.get_llm_provider(model)
     except module.exceptions.BadRequestError:
         return False
+    except Exception:  # noqa: BLE001 - litellm failed otherwise: let the first call say what is wrong
+        return True
     return True
 
 
