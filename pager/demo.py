@@ -214,4 +214,11 @@ def _replay(console: Console) -> None:
     run = rp.replay(trace, check=True)
     verdict = "[green]reproduced exactly[/]" if run.divergence is None else f"[red]{run.divergence.describe()}[/]"
     console.print(f"  {len(run.recorded)} recorded events {verdict}")
-    console.print(rp.policy_table([run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")], trace))
+    runs = [run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")]
+    console.print(rp.policy_table(runs, trace))
+    if len({r.faults for r in runs}) == 1 and not any(r.count("hit") for r in runs):
+        # a table of equal rows reads as a broken comparison: say why they are equal
+        console.print(f"  Under every policy each page a question needs is out of the frames by then, so all fault the "
+                      f"same {run.faults} times (no hits); they differ in the pages they keep (contexts changed), and a "
+                      f"clairvoyant policy would fault {run.opt()} times. `pager replay TRACE --policy all` compares "
+                      "them on a trace of your own.", highlight=False)

@@ -77,6 +77,11 @@ def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
     assert re.search(r"summaries \d+ episodes .* and a rolling summary of the whole session \(p1–p\d+\)", said)
     # what Maya said, not the assistant's replies, and not one theme twice
     assert re.search(r"- s\d+ \(e\d+ · p39–p40, 14 Jul 2025\): Maya: .*Priya Raman accepted the senior SRE", said)
+    # the replay table's equal rows are explained, with the trace's own figures
+    faults = re.search(r"│ clock\* │ +(\d+) │ +\d+ │ +0\.0% │ +\S+ │ +(\d+) │", result.output)
+    assert faults, result.output
+    assert (f"so all fault the same {faults.group(1)} times (no hits)" in said
+            and f"a clairvoyant policy would fault {faults.group(2)} times" in said)
 
 
 def test_search_shows_ranked_pages_with_signals(tmp_path):
