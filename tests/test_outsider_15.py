@@ -1,0 +1,68 @@
+"""What an outside tester found driving serve, MCP and several hosts on one store, each driven the way
+the tester did."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+from conftest import ENV
+
+runner = CliRunner()
+
+HOLDER = """
+import sys
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1], db=sys.argv[2], lease_s=1.0, budget=2048), embedder=HashEmbedder())
+s = home.open("s")
+for text in ("From host A: the venue is Lisbon.", "noted", "and the date is May 4"):
+    s.append("ann", text)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def _killed_holder_numbered_over(tmp_path):
+    """Host a acknowledges three turns and is killed with SIGKILL holding the lease; host b, waiting
+    for the lease, writes turn 1 of the same session once it lapses. Returns (home a, store)."""
+    store, a = str(tmp_path / "store"), tmp_path / "a"
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(a), store], env={**os.environ, **ENV},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "holding", child.stderr.read()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    config = Config.load(env=ENV, home=tmp_path / "b", db=store, budget=2048, lease_wait_s=120)
+    with Home(config, embedder=HashEmbedder()) as b:
+        b.open("s").append("carol", "From host B: catering by Marco.")
+    return a, store
+
+
+def test_export_of_a_home_whose_dead_process_was_numbered_over_loses_nothing(tmp_path):
+    """Before host a's home wrote again, `pager export` there printed host b's turn 1 in place of host
+    a's acknowledged 'From host A: the venue is Lisbon.' (exit 0; the question was simply not in the
+    file) and `pager check` said 'turn 1 means two messages' without a fix. Export refuses in one line
+    naming the command that recovers the journal; check names it too; after it, every turn is there."""
+    a, store = _killed_holder_numbered_over(tmp_path)
+    args = ["--home", str(a), "--db", store]
+    out = tmp_path / "a.jsonl"
+    exported = runner.invoke(app, [*args, "export", "-s", "s", "--out", str(out)], env=ENV)
+    assert exported.exit_code != 0 and not out.exists(), exported.output
+    assert "pager migrate" in exported.output and "Traceback" not in exported.output
+    checked = runner.invoke(app, [*args, "check", "-s", "s"], env=ENV)
+    assert checked.exit_code == 1 and "pager migrate" in checked.output, checked.output
+    assert runner.invoke(app, [*args, "migrate"], env=ENV).exit_code == 0
+    exported = runner.invoke(app, [*args, "export", "-s", "s", "--out", str(out)], env=ENV)
+    assert exported.exit_code == 0, exported.output
+    texts = [json.loads(line)["text"] for line in out.read_text().splitlines()]
+    assert sorted(texts) == sorted(["From host B: catering by Marco.", "From host A: the venue is Lisbon.",
+                                    "noted", "and the date is May 4"])
+    assert runner.invoke(app, [*args, "check", "-s", "s"], env=ENV).exit_code == 0
