@@ -66,3 +66,30 @@ def test_export_of_a_home_whose_dead_process_was_numbered_over_loses_nothing(tmp
     assert sorted(texts) == sorted(["From host B: catering by Marco.", "From host A: the venue is Lisbon.",
                                     "noted", "and the date is May 4"])
     assert runner.invoke(app, [*args, "check", "-s", "s"], env=ENV).exit_code == 0
+
+
+def test_a_session_another_host_is_writing_is_a_conflict_over_http(tmp_path):
+    """Two `pager serve` on one store: the second's answer for a session the first holds was 400
+    invalid_request_error with code 'LeaseHeld' (a class name), though nothing in the request was
+    wrong and the same request succeeds once the lease lapses. It is 409, OpenAI's conflict, which
+    OpenAI's clients retry, with a code in OpenAI's style; the session is written once it is free."""
+    from test_serve import Running
+
+    store = str(tmp_path / "store")
+    holder = Home(Config(home=tmp_path / "a", db=store, embedder="hash", budget=2048), embedder=HashEmbedder())
+    holder.open("shared").append("ann", "written on host a")
+    b = Running(tmp_path / "b", config=Config(home=tmp_path / "b", db=store, embedder="hash"))
+    try:
+        ask = {"model": "offline", "messages": [{"role": "user", "content": "written on host b"}]}
+        with b.http() as http:
+            for path, body in (("/v1/chat/completions", ask), ("/sessions/shared/turns", {"messages": ask["messages"]})):
+                refused = http.post(path, json=body, headers={"X-Pager-Session": "shared"})
+                assert refused.status_code == 409, refused.text
+                error = refused.json()["error"]
+                assert error["type"] == "conflict_error" and error["code"] == "lease_held"
+                assert holder.leases.holder in error["message"]
+            holder.close()   # flushes and gives the lease up
+            assert http.post("/v1/chat/completions", json=ask, headers={"X-Pager-Session": "shared"}).status_code == 200
+            assert http.get("/sessions/shared").json()["turns"] == 3
+    finally:
+        b.stop()
