@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from pager.cli.app import app
@@ -93,3 +94,30 @@ def test_a_session_another_host_is_writing_is_a_conflict_over_http(tmp_path):
             assert http.get("/sessions/shared").json()["turns"] == 3
     finally:
         b.stop()
+
+
+def test_a_bookmark_or_pin_refused_for_the_lease_changes_nothing(tmp_path):
+    """`pager mcp` on a host whose session another host was writing: `bookmark` came back refused
+    (the lease), yet `context` then showed the page with the refused keyword, and the server's exit
+    tried to write it ('pager: session … is being written by …' on stderr). A refused bookmark or pin
+    leaves memory as it was, and closing writes nothing of it."""
+    from pager.errors import LeaseHeld
+
+    store = str(tmp_path / "store")
+
+    def config(name: str) -> Config:
+        return Config(home=tmp_path / name, db=store, embedder="hash", budget=2048)
+
+    holder = Home(config("a"), embedder=HashEmbedder())
+    holder.open("s").append("ann", "the venue is Lisbon")
+    holder.flush()
+    b = Home(config("b"), embedder=HashEmbedder())
+    s = b.open("s")
+    for refused in (lambda: s.bookmark(["p1"], ["refusedword"]), lambda: s.pin(1)):
+        with pytest.raises(LeaseHeld):
+            refused()
+    assert "refusedword" not in s.directory.keywords(1) and not s.table[1].pinned
+    b.close()   # nothing of the refused calls is left to write
+    holder.close()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert all("refusedword" not in mark.keywords for mark in reader.store.bookmarks("", "s"))
