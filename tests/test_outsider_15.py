@@ -121,3 +121,21 @@ def test_a_bookmark_or_pin_refused_for_the_lease_changes_nothing(tmp_path):
     holder.close()
     with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
         assert all("refusedword" not in mark.keywords for mark in reader.store.bookmarks("", "s"))
+
+
+def test_a_writer_that_waited_for_the_lease_is_told_it_waited(tmp_path):
+    """`PAGER_LEASE_WAIT_S=2 pager ingest …` waited 2 s, then said '… or set PAGER_LEASE_WAIT_S to wait
+    for it', the setting it had just used. It says how long it waited and to raise the setting."""
+    from pager.errors import LeaseHeld
+
+    store = str(tmp_path / "store")
+    holder = Home(Config(home=tmp_path / "a", db=store, embedder="hash", budget=2048), embedder=HashEmbedder())
+    holder.open("s").append("ann", "on host a")
+    waited = Home(Config(home=tmp_path / "b", db=store, embedder="hash", budget=2048, lease_wait_s=0.3),
+                  embedder=HashEmbedder())
+    with pytest.raises(LeaseHeld) as refused:
+        waited.open("s").append("bob", "on host b")
+    assert "waited 0.3 s" in str(refused.value) and "raise PAGER_LEASE_WAIT_S" in str(refused.value)
+    assert holder.leases.holder in str(refused.value)
+    holder.close()
+    waited.close()
