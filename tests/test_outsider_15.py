@@ -139,3 +139,16 @@ def test_a_writer_that_waited_for_the_lease_is_told_it_waited(tmp_path):
     assert holder.leases.holder in str(refused.value)
     holder.close()
     waited.close()
+
+
+def test_search_counts_the_open_page_it_lists(tmp_path):
+    """`pager ingest notes.jsonl -s planning` said '3 turns on 1 page (p1 open)', then `pager search`
+    titled its table "'room for planning' in session 'planning' (0 pages)" above the row of p1."""
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"speaker": who, "text": text}) + "\n" for who, text in [
+        ("alice", "The planning meeting moved to Thursday."), ("bob", "I will book room Orion for it.")]))
+    args = ["--home", str(tmp_path / "h")]
+    assert runner.invoke(app, [*args, "ingest", str(notes), "-s", "planning"], env=ENV).exit_code == 0
+    found = runner.invoke(app, [*args, "search", "room Orion", "-s", "planning"], env=ENV)
+    assert found.exit_code == 0 and "p1" in found.output, found.output
+    assert "(1 page)" in found.output, found.output
