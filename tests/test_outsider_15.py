@@ -25,8 +25,8 @@ from pager.embed import HashEmbedder
 from pager.home import Home
 home = Home(Config.load(home=sys.argv[1], db=sys.argv[2], lease_s=1.0, budget=2048), embedder=HashEmbedder())
 s = home.open("s")
-for text in ("From host A: the venue is Lisbon.", "noted", "and the date is May 4"):
-    s.append("ann", text)
+for who, text in (("ann", "From host A: the venue is Lisbon."), ("assistant", "Noted."), ("ann", "The date is May 4")):
+    s.append(who, text)
 print("holding", flush=True)
 sys.stdin.read()
 """
@@ -34,7 +34,8 @@ sys.stdin.read()
 
 def _killed_holder_numbered_over(tmp_path):
     """Host a acknowledges three turns and is killed with SIGKILL holding the lease; host b, waiting
-    for the lease, writes turn 1 of the same session once it lapses. Returns (home a, store)."""
+    for the lease, writes turns 1 and 2 of the same session once it lapses, the second saying what
+    host a's turn 2 says. Returns (home a, store)."""
     store, a = str(tmp_path / "store"), tmp_path / "a"
     child = subprocess.Popen([sys.executable, "-c", HOLDER, str(a), store], env={**os.environ, **ENV},
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -44,6 +45,7 @@ def _killed_holder_numbered_over(tmp_path):
     config = Config.load(env=ENV, home=tmp_path / "b", db=store, budget=2048, lease_wait_s=120)
     with Home(config, embedder=HashEmbedder()) as b:
         b.open("s").append("carol", "From host B: catering by Marco.")
+        b.open("s").append("assistant", "Noted.")
     return a, store
 
 
@@ -64,8 +66,9 @@ def test_export_of_a_home_whose_dead_process_was_numbered_over_loses_nothing(tmp
     exported = runner.invoke(app, [*args, "export", "-s", "s", "--out", str(out)], env=ENV)
     assert exported.exit_code == 0, exported.output
     texts = [json.loads(line)["text"] for line in out.read_text().splitlines()]
-    assert sorted(texts) == sorted(["From host B: catering by Marco.", "From host A: the venue is Lisbon.",
-                                    "noted", "and the date is May 4"])
+    # host a's turns after host b's, in the order acknowledged; its 'Noted.' is its own, not host b's
+    assert texts == ["From host B: catering by Marco.", "Noted.", "From host A: the venue is Lisbon.", "Noted.",
+                     "The date is May 4"]
     assert runner.invoke(app, [*args, "check", "-s", "s"], env=ENV).exit_code == 0
 
 
