@@ -382,7 +382,9 @@ def search(
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(f"{query!r} in session {s.name!r} ({len(s.pages)} pages)"), title_justify="left")
+        pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too: it is listed like the others
+        table = Table(title=Text(f"{query!r} in session {s.name!r} ({pages} page{'s' if pages != 1 else ''})"),
+                      title_justify="left")
         for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
             table.add_column(name, overflow="fold")
         for r in rows:

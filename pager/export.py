@@ -7,13 +7,17 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from .errors import InputError
-from .fsck import durable_turns
+from .errors import InputError, StoreError
+from .fsck import NUMBERED_OVER, durable_turns
 
 
 def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
     """Write the session's turns, store and live journals alike, in order; returns how many."""
-    turns = durable_turns(home, user, session)
+    problems: list[str] = []
+    turns = durable_turns(home, user, session, problems)
+    clashes = [p for p in problems if p.endswith(NUMBERED_OVER)]
+    if clashes:  # one number, two messages: writing either alone would leave an acknowledged one out
+        raise StoreError(f"session {session!r} cannot be exported whole: {clashes[0]}")
     lines = []
     for t in turns:
         record = {"speaker": t.speaker, "role": t.role, "text": t.text, "date": t.date, "ts": t.ts, "ref": t.ref}

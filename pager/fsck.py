@@ -27,6 +27,10 @@ class Report:
         return not self.problems
 
 
+NUMBERED_OVER = ("; if a process of this home died holding the second, another home has since numbered over it: "
+                 "any command that writes from this home (`pager migrate`) recovers it, kept after the last turn")
+
+
 def durable_turns(home, user: str, session: str, problems: list[str] | None = None) -> list[Turn]:
     """Every turn of the session the store or a journal holds, by number (one each)."""
     problems = [] if problems is None else problems
@@ -42,7 +46,8 @@ def durable_turns(home, user: str, session: str, problems: list[str] | None = No
         t = Turn.from_record(op)
         known = by_number.setdefault(t.turn, t)
         if (known.text, known.speaker) != (t.text, t.speaker):
-            problems.append(f"turn {t.turn} means two messages: {_short(known.text)!r} and {_short(t.text)!r}")
+            problems.append(f"turn {t.turn} means two messages: {_short(known.text)!r} and {_short(t.text)!r}"
+                            f"{NUMBERED_OVER}")
     return [by_number[n] for n in sorted(by_number)]
 
 

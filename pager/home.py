@@ -56,6 +56,7 @@ from .embed import Embedder, make_embedder
 from .errors import ConfigError, InputError, LeaseHeld, StoreError
 from .journal import Journal
 from .lease import Leases
+from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
 from .tokens import Tokenizer, get_tokenizer
 
@@ -584,9 +585,17 @@ class Home:
                 s.sync(lock)
                 if fresh[(user, session)]:
                     s.catch_up()
-                mine = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
-                count += s.adopt(mine)
-                last = max((op["turn"] for op in mine if op["op"] == "turn"), default=0)
+                mine, moved = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
+                if moved:
+                    # the session, opened, packed the dead process's later turns at their old numbers: let
+                    # it go unwritten, store the turns renumbered, and open it again from the store
+                    del self.sessions[(user, session)]
+                    self.store.refresh()
+                    self.store.put(Batch(turns=[Turn.from_record(op) for op in moved]))
+                    s = self.open(session, user)
+                    s.sync(lock)
+                count += len(moved) + s.adopt(mine)
+                last = max((op["turn"] for op in mine + moved if op["op"] == "turn"), default=0)
                 lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
         self.flush()
         if damaged:
@@ -595,29 +604,47 @@ class Home:
             path.unlink(missing_ok=True)
         return count
 
-    def _renumber_lost(self, s, ops: list[dict]) -> list[dict]:
+    def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict]]:
         """A dead process's turns that another home numbered over while the lease had lapsed (the same
-        numbers hold other turns in the store) are kept, numbered after the session's last turn."""
+        numbers hold other turns in the store) are kept after the session's last turn: the first lost
+        one and every later one, in the order the dead process acknowledged them (moving only the lost
+        ones put a question after its own answer), but for those filling numbers the store skipped.
+        Returns (the ops to adopt as they are, the turn ops moved, renumbered)."""
         clash = [op for op in ops if op["op"] == "turn" and op["turn"] <= s.turn_count]
         if not clash:
-            return ops
+            return ops, []
         stored = {t.turn: t for t in self.store.turns(s.user, s.name, after=min(op["turn"] for op in clash) - 1)}
-        lost = [op for op in clash if op["turn"] in stored
-                and (stored[op["turn"]].text, stored[op["turn"]].speaker) != (op["text"], op["speaker"])]
+
+        def held(op: dict) -> bool:  # the store holds this very turn at its number (not one that says the same)
+            t = stored.get(op["turn"])
+            return t is not None and (t.text, t.speaker, t.ts) == (op["text"], op["speaker"], op.get("ts", t.ts))
+
+        lost = [op for op in clash if op["turn"] in stored and not held(op)]
         if not lost:
-            return ops
+            return ops, []
+        first = min(op["turn"] for op in lost)
         known = self.store.keys(s.user, s.name)
-        base = s.turn_count
-        moved = []
-        for op in lost:
-            if op.get("key") and op["key"] in known:
-                continue  # the other home took this very message in: it is stored once
+        # a recovery cut short may already have stored some of them after the last turn: not twice
+        kept = {(t.speaker, t.text, t.ts) for t in stored.values()}
+        base = last = max(stored)
+
+        def hole(op: dict) -> bool:  # a number the store skipped: the turn that made it skip fills it
+            return op["turn"] < last and op["turn"] not in stored
+
+        moved, gone = [], set()
+        for op in sorted((op for op in ops if op["op"] == "turn" and op["turn"] >= first), key=lambda op: op["turn"]):
+            if hole(op):
+                continue
+            gone.add(id(op))
+            if held(op) or (op.get("key") and op["key"] in known) or (op["speaker"], op["text"], op.get("ts", 0.0)) in kept:
+                continue  # stored already (the other home took this very message in): it is stored once
             base += 1
             moved.append({**op, "turn": base})
-        self.warn(f"{len(lost)} turns of session {s.name!r} from a dead process were numbered over by another home "
-                  f"while their lease had lapsed; kept as turns {s.turn_count + 1}-{base}")
-        lost_ids = {id(op) for op in lost}
-        return [op for op in ops if id(op) not in lost_ids] + moved
+        if moved:
+            self.warn(f"{len(lost)} turns of session {s.name!r} from a dead process were numbered over by another "
+                      f"home while their lease had lapsed; its turns from turn {first} on are kept after the last "
+                      f"one, in the order acknowledged, as turns {last + 1}-{base}")
+        return [op for op in ops if id(op) not in gone], moved
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
 

@@ -113,14 +113,16 @@ class Leases:
                 self.held.pop(key, None)  # lost it while stalled longer than the expiry
             left = deadline - self.clock()
             if left <= 0:
-                raise LeaseHeld(self.refusal(session, other))
+                raise LeaseHeld(self.refusal(session, other, self.wait_s if wait else 0.0))
             time.sleep(min(left, self.POLL_S))
 
-    def refusal(self, session: str, entry: dict) -> str:
+    def refusal(self, session: str, entry: dict, waited: float = 0.0) -> str:
         now = self.clock()
+        wait = (f"raise PAGER_LEASE_WAIT_S to wait longer (waited {waited:g} s)" if waited
+                else "set PAGER_LEASE_WAIT_S to wait for it")
         return (f"session {session!r} is being written by {entry['holder']} (last seen {max(0.0, now - entry['seen']):.0f} s "
                 f"ago); wait until it goes idle or closes, or its lease lapses in {max(0.0, entry['expires'] - now):.0f} s, "
-                "or set PAGER_LEASE_WAIT_S to wait for it")
+                f"or {wait}")
 
     def release(self) -> None:
         """Give up every lease held (the home's closing flush put everything it accepted in the store)."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .engine import Engine
-from .errors import ConfigError, PagerError
+from .errors import ConfigError, LeaseHeld, PagerError
 from .keys import KeyRing
 from .llm import UNROUTABLE, routable
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
@@ -92,6 +92,14 @@ def _error(status: int, message: str, type: str, code: str = "", param: str | No
     from starlette.responses import JSONResponse
 
     return JSONResponse(error_body(message, type, code, param), status_code=status)
+
+
+def _failure(exc: PagerError) -> tuple[int, str, str]:
+    """Status, type and code of a known failure. Another host writing the session is no fault of the
+    request: a conflict (409, which OpenAI's clients retry), the same request succeeds once it is free."""
+    if isinstance(exc, LeaseHeld):
+        return 409, "conflict_error", "lease_held"
+    return 400, "invalid_request_error", type(exc).__name__
 
 
 def _refusal(exc: RequestError):
@@ -225,7 +233,8 @@ class Server:
             except RequestError as exc:
                 response = _refusal(exc)
             except PagerError as exc:
-                response = _error(400, str(exc), "invalid_request_error", type(exc).__name__)
+                status, kind, code = _failure(exc)
+                response = _error(status, str(exc), kind, code)
             except Exception:  # a bug: logged whole, answered in the error shape
                 log.exception("%s %s failed", request.method, request.url.path)
                 response = _error(500, "internal error; the server log has the details", "server_error")
@@ -508,7 +517,7 @@ class Server:
             try:
                 outcome = task.result()
             except PagerError as exc:
-                yield f"data: {json.dumps(error_body(str(exc), 'invalid_request_error', type(exc).__name__))}\n\n"
+                yield f"data: {json.dumps(error_body(str(exc), *_failure(exc)[1:]))}\n\n"
                 return
             facts.update(tokens=outcome["usage"]["prompt_tokens"], faulted=len(outcome["faulted"]))
             reply = outcome["reply"]

@@ -550,13 +550,13 @@ class Session:
             raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "
                               "unpin a page or raise --budget")
         self.fault(n, "pin")
+        self._journal_op({"op": "pin", "page": n, "pinned": True})  # first: a write refused (the lease) changes nothing
         self.table[n].pinned = True
-        self._journal_op({"op": "pin", "page": n, "pinned": True})
         self.emit("pin", page=page_id(n))
 
     def unpin(self, n: int) -> None:
-        self.table[n].pinned = False
         self._journal_op({"op": "pin", "page": n, "pinned": False})
+        self.table[n].pinned = False
         self.emit("unpin", page=page_id(n))
 
     def set_policy(self, name: str, quiet: bool = False) -> None:
@@ -593,10 +593,10 @@ class Session:
 
     def _bookmark(self, keywords: tuple[str, ...], pages: tuple[int, ...], note: str, source: str) -> bm.Bookmark:
         mark = bm.Bookmark(keywords, pages, note, source, uuid.uuid4().hex[:12], self.clock())
+        if source != "auto":  # automatic ones are derived from the page text: no fsync on the eviction path
+            self._journal_op({"op": "bookmark", **mark.to_dict()})   # first: a write refused changes nothing
         self.directory.add(keywords, pages, note, mark.uid, first=source != "auto")
         self.pending.bookmarks.append((self.user, self.name, mark))
-        if source != "auto":  # automatic ones are derived from the page text: no fsync on the eviction path
-            self._journal_op({"op": "bookmark", **mark.to_dict()})
         self.emit("bookmark", pages=[page_id(p) for p in pages], keywords=list(keywords), note=note, source=source)
         return mark
 

@@ -31,10 +31,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 class Running:
     """A server on a free loopback port, in a thread; `stop` waits for it to close its home."""
 
-    def __init__(self, home: Path, limits: Limits = Limits(), **engine) -> None:
+    def __init__(self, home: Path, limits: Limits = Limits(), config: Config | None = None, **engine) -> None:
         import uvicorn
 
-        self.config = Config(home=home, embedder="hash")
+        self.config = config or Config(home=home, embedder="hash")
         self.keys = KeyRing(home)
         self.server = Server(Engine(self.config, **engine), self.keys, limits)
         with socket.socket() as s:
