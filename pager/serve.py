@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from .config import Config
 from .engine import Engine
-from .errors import ConfigError, LeaseHeld, PagerError
+from .errors import BudgetError, ConfigError, LeaseHeld, PagerError
 from .keys import KeyRing
 from .llm import UNROUTABLE, routable
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
@@ -96,9 +96,12 @@ def _error(status: int, message: str, type: str, code: str = "", param: str | No
 
 def _failure(exc: PagerError) -> tuple[int, str, str]:
     """Status, type and code of a known failure. Another host writing the session is no fault of the
-    request: a conflict (409, which OpenAI's clients retry), the same request succeeds once it is free."""
+    request: a conflict (409, which OpenAI's clients retry), the same request succeeds once it is free.
+    A message the budget cannot hold is OpenAI's `context_length_exceeded`."""
     if isinstance(exc, LeaseHeld):
         return 409, "conflict_error", "lease_held"
+    if isinstance(exc, BudgetError):   # OpenAI's code for a prompt over the window, which clients act on
+        return 400, "invalid_request_error", "context_length_exceeded"
     return 400, "invalid_request_error", type(exc).__name__
 
 

@@ -349,6 +349,19 @@ def test_a_model_name_no_provider_answers_to_is_404_and_stores_nothing(open_serv
         assert http.get("/sessions/unroutable").status_code == 404
 
 
+def test_a_message_over_the_budget_is_openais_context_length_exceeded_and_stores_nothing(open_server):
+    """A message the budget cannot hold was a 400 with code "BudgetError" (a class name): OpenAI's clients
+    know `context_length_exceeded`, and trim or split on it."""
+    with open_server.http() as http:
+        r = http.post("/v1/chat/completions", json={"model": "offline", "user": "too-long", "messages": [
+            {"role": "user", "content": "lorem ipsum dolor " * 4000}]})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["code"] == "context_length_exceeded"
+        assert "raise --budget" in error["message"]
+        assert http.get("/sessions/too-long").status_code == 404
+
+
 def _blocked_model(name: str, answer: str) -> tuple[threading.Event, threading.Event]:
     """Register model pager/NAME, which says it was called and answers only once released."""
     from pager.llm import register
