@@ -155,3 +155,17 @@ def test_search_counts_the_open_page_it_lists(tmp_path):
     found = runner.invoke(app, [*args, "search", "room Orion", "-s", "planning"], env=ENV)
     assert found.exit_code == 0 and "p1" in found.output, found.output
     assert "(1 page)" in found.output, found.output
+
+
+def test_a_toolkit_or_mcp_server_on_a_name_no_session_may_have_is_refused_at_start(tmp_path):
+    """`pager mcp --session a/b` served its tools and refused the name only at the first write."""
+    from pager.errors import InputError
+    from pager.tools.toolkit import Toolkit
+
+    home = tmp_path / "h"
+    with pytest.raises(InputError, match="a/b"):
+        Toolkit(config=Config(home=home, session="a/b", embedder="hash"))
+    result = CliRunner().invoke(app, ["--home", str(home), "mcp", "--session", "a/b"], env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code != 0 and "a/b" in result.output and "Traceback" not in result.output
+    with Toolkit(config=Config(home=home, session="fine", embedder="hash")) as kit:   # a good name opens as before
+        assert kit.session.name == "fine"

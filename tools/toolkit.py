@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Literal
 
 from pager.config import Config
-from pager.errors import ConfigError, ToolError
-from pager.home import Home
+from pager.errors import ConfigError, PagerError, ToolError
+from pager.home import Home, check_new_name
 from pager.trace import TraceWriter, begin, new_trace_path
 
 from .dispatch import AGENT, MAX_ARGUMENT_CHARS, Dispatcher
@@ -67,6 +67,11 @@ class Toolkit:
         self.config = config or Config.load(home=home, session=session, user=user)
         self.home = Home(self.config)
         self.session = self.home.open()
+        try:   # a name a new session may not have is refused now, not at its first write
+            check_new_name(self.session)
+        except PagerError:
+            self.home.close()
+            raise
         self.dispatcher = dispatcher
         self._lock = threading.Lock()
         self._writer = None
