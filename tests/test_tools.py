@@ -248,11 +248,18 @@ def test_the_readme_agent_loop_runs(tmp_path, monkeypatch):
 
 def test_no_tool_makes_a_session_whose_name_serve_could_not_reach(tmp_path):
     """`pager mcp --session a/b`: remember was refused, but state_set and pin made the session 'a/b'
-    (a journal op, not a turn). Every first write of a new session now checks its name."""
-    kit = Toolkit(config=Config(home=tmp_path / "h", session="a/b", embedder="hash", budget=2048))
-    try:
-        for name, args in (("state_set", {"key": "order", "value": "A-1"}), ("remember", {"text": "hello"})):
-            assert 'must not contain "/"' in str(kit.call(name, args)), name
-        assert kit.home.store.sessions() == [] and kit.session.turn_count == 0
-    finally:
-        kit.close()
+    (a journal op, not a turn). Every first write of a new session checks its name, and the toolkit
+    refuses the name when it opens, before any tool is called."""
+    from pager.errors import InputError
+    from pager.home import Home
+
+    config = Config(home=tmp_path / "h", session="a/b", embedder="hash", budget=2048)
+    with pytest.raises(InputError, match='must not contain "/"'):
+        Toolkit(config=config)
+    with Home(config) as home:   # the write path checks it too, for every caller
+        session = home.open()
+        with pytest.raises(InputError, match='must not contain "/"'):
+            session.set_state("order", "A-1")
+        with pytest.raises(InputError, match='must not contain "/"'):
+            session.append("ann", "hello")
+        assert home.store.sessions() == [] and session.turn_count == 0
