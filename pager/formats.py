@@ -49,27 +49,25 @@ def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = N
     warn, if given, hears of lines whose date names no day pager reads (they are dated when imported)."""
     text = read_text(path)
     path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
+    undated: list[tuple[int, str]] = []
     try:
-        groups = _parse_jsonl(path, text, session)
+        groups = _parse_jsonl(path, text, session, undated)
     except InputError as exc:
         if _looks_like_locomo(text):
             raise InputError(f"{exc}; the file looks like LoCoMo JSON: add --format locomo") from None
         raise
     if warn:
-        _warn_unread_dates(path, text, warn)
+        _warn_unread_dates(path, undated, warn)
     return groups
 
 
-def _warn_unread_dates(path: Path, text: str, warn: Callable[[str], None]) -> None:
-    """One line for every "date" without "ts" that names no day (label_time): such a line is dated the day it
-    is imported, while its header shows the date as written, so a question about that date cannot find it."""
+def _warn_unread_dates(path: Path, undated: list[tuple[int, str]], warn: Callable[[str], None]) -> None:
+    """One line for every "date" without "ts" (`undated`: line number, date) that names no day (label_time):
+    such a line is dated the day it is imported, while its header shows the date as written, so a question
+    about that date cannot find it."""
     from .search import label_time
 
-    unread = []
-    for number, line in enumerate(text.splitlines(), 1):
-        obj = json.loads(line) if line.strip() else None
-        if isinstance(obj, dict) and obj.get("date") and obj.get("ts") is None and label_time(str(obj["date"])) is None:
-            unread.append((number, str(obj["date"])))
+    unread = [(number, date) for number, date in undated if label_time(date) is None]
     if unread:
         number, date = unread[0]
         warn(f"{path}:{number}: date {date[:40]!r} names no day pager reads (like '8 May 2023' or 2023-05-08); "
@@ -86,7 +84,8 @@ def _looks_like_locomo(text: str) -> bool:
     return isinstance(first, dict) and ("conversation" in first or "qa" in first)
 
 
-def _parse_jsonl(path: Path, content: str, session: str) -> dict[str, list[dict]]:
+def _parse_jsonl(path: Path, content: str, session: str, undated: list | None = None) -> dict[str, list[dict]]:
+    """The file's messages by session; `undated` gets (line number, date) of each line with a date and no ts."""
     out: dict[str, list[dict]] = {}
     for number, line in enumerate(content.splitlines(), 1):
         if not line.strip():
@@ -124,6 +123,8 @@ def _parse_jsonl(path: Path, content: str, session: str) -> dict[str, list[dict]
                 raise InputError(f"{where}: \"ts\" must be seconds since the epoch, a number from 0 to "
                                  f"{MAX_TS:.0f} (year 9999), not {str(obj['ts'])[:40]}; nothing was imported")
             message["ts"] = ts
+        elif message["date"] and undated is not None:
+            undated.append((number, message["date"]))
         out.setdefault(str(obj.get("session") or session), []).append(message)
     if not out:
         raise InputError(f"{path} holds no messages; expected JSON lines with \"speaker\" and \"text\"")
