@@ -200,10 +200,12 @@ CUE_WORDS = frozenset("update updated correction change moved changed switched s
 
 
 def _cue_word(text: str, tokens: list[str]) -> bool:
-    """Does a token hold one of CUE_WORDS (before an apostrophe: "now's")?"""
+    """Does a token hold one of CUE_WORDS, whole or on either side of an apostrophe ("now's", and
+    "the'cancelled", where the regex sees a word boundary)?"""
     if not CUE_WORDS.isdisjoint(tokens):
         return True
-    return ("'" in text or "’" in text) and not CUE_WORDS.isdisjoint(_APOSTROPHE.split(t, 1)[0] for t in tokens)
+    return ("'" in text or "’" in text) and not CUE_WORDS.isdisjoint(
+        part for t in tokens for part in _APOSTROPHE.split(t))
 
 
 def update_terms(text: str, tokens: list[str] | None = None) -> tuple[str, ...]:

@@ -131,3 +131,11 @@ def test_the_cue_word_check_skips_only_texts_the_cue_cannot_match(words, gaps):
 
     text = "".join(w + g for w, g in zip(words, gaps))
     assert update_terms(text) == _update_terms_by_regex_alone(text), text
+
+
+def test_a_cue_word_after_an_apostrophe_is_found():
+    """Hypothesis found "the'cancelled": one token to the scan, two words to the cue's regex."""
+    from pager.search import update_terms
+
+    text = "the'cancelled meeting"
+    assert update_terms(text) == _update_terms_by_regex_alone(text) != ()
