@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from .config import Config, name_problem
 from .embed import Embedder, make_embedder
 from .errors import ConfigError, InputError, LeaseHeld, StoreError
-from .journal import Journal
+from .journal import Journal, read_segment
 from .lease import Leases
 from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
@@ -97,6 +97,16 @@ class SessionLock:
         self.last_turn, self.generation, self.dirty = last, generation, dirty
 
 
+@dataclass
+class Kept:
+    """A dead process's journal segment under recovery: its sessions, those still waiting for this
+    home to take their lease, and where it goes when done."""
+    keys: frozenset
+    waiting: set
+    damaged: bool
+    journal: Journal
+
+
 def _read_counts(data: bytes) -> tuple[int, int, bool]:
     parts = data.split()
     try:
@@ -137,6 +147,7 @@ class Home:
         self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
+        self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -342,7 +353,7 @@ class Home:
                 locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
                 plans = {}
                 for s in order:
-                    self._lease(s)
+                    self._lease(s, locks[s])
                     s.sync(locks[s])
                     plans[s] = s.number(drafts[s], locks[s].last_turn)
                 written = [s for s in order if plans[s][0]]
@@ -426,7 +437,7 @@ class Home:
         ops to write in one frame (a batch of facts)."""
         check_new_name(session)
         with self._mutex, self.session_lock(session.user, session.name) as lock:
-            self._lease(session)
+            self._lease(session, lock)
             if callable(op):
                 session.sync(lock)
                 op = op()
@@ -439,11 +450,15 @@ class Home:
             finally:
                 lock.advance(lock.last_turn, len(ops))
 
-    def _lease(self, s) -> None:
+    def _lease(self, s, lock: SessionLock) -> None:
         """Hold the session's lease (pager.lease) before writing it; when it was just taken, another home
-        may have written the session since this one last did: take in what the store holds."""
+        may have written the session since this one last did: take in what the store holds. A dead
+        process's ops of the session that waited for the lease are recovered now, before a new turn is
+        numbered (after them)."""
         if self.leases.ensure(s.user, s.name):
             s.catch_up()
+        if self._kept and self.waiting(s.key()):
+            self._recover_kept(s, lock)
 
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
@@ -548,7 +563,7 @@ class Home:
         if not self._mutex.acquire(blocking=False):
             return
         try:
-            if self._closing or self.journal.segments():
+            if self._closing or self._live_others():
                 return
             self.flush()
             idle = set(self.leases.idle())  # under the mutex nothing was written since: still idle
@@ -556,13 +571,19 @@ class Home:
         finally:
             self._mutex.release()
 
+    def _live_others(self) -> list[Path]:
+        """The segments of other live processes of this home (a dead process's kept one is no sharer)."""
+        return [path for path in self.journal.segments() if path not in self._kept]
+
     def recover(self) -> int:
         """Write journal segments left by dead processes into the store; returns turns recovered.
-        A segment goes only after its ops are in the store; one with damaged records is set aside."""
+        A segment goes only after its ops are in the store; one with damaged records is set aside.
+        The sessions of a segment whose lease another home holds wait in self._kept, and are
+        recovered when this home takes their lease (_lease), before it numbers a turn of theirs."""
         count = 0
         with self._mutex:  # the mutex before any session lock, as everywhere
             for path, ops, damaged in self.journal.orphans():
-                count += self._recover_segment(path, ops, damaged)
+                count += self._recover_segment(path, ops, damaged, self.journal)
             if self.local != self.path:  # an older pager kept every store's journal in <home>/journal
                 older = Journal(self.path / "journal", self.journal.fsync, report=self.warn, lazy=True)
                 for path, ops, damaged in older.orphans(untagged=HOME_TAG):
@@ -571,38 +592,79 @@ class Home:
                     count += self._recover_segment(path, ops, damaged, older)
         return count
 
-    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool, journal: Journal | None = None) -> int:
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool, journal: Journal) -> int:
+        keys = {(op["user"], op["session"]) for op in ops}
+        self._kept[path] = Kept(frozenset(keys), set(keys), damaged, journal)
         count = 0
-        keys = sorted({(op["user"], op["session"]) for op in ops})
-        try:
-            fresh = {key: self.leases.ensure(*key) for key in keys}
-        except LeaseHeld as exc:
-            self.warn(f"the journal {path.name} of a dead process is kept for later: {exc}")
-            return 0
-        for user, session in keys:
+        for user, session in sorted(keys):
+            try:
+                fresh = self.leases.ensure(user, session)
+            except LeaseHeld as exc:
+                self.warn(f"the journal {path.name} of a dead process holds turns of session {session!r}, which "
+                          f"another home is writing; they are recovered when this home next writes it: {exc}")
+                continue
             with self.session_lock(user, session) as lock:
-                s = self.open(session, user)
+                s = self.open(session, user)   # its sync does not read the segment (withheld)
                 s.sync(lock)
-                if fresh[(user, session)]:
+                if fresh:
                     s.catch_up()
-                mine, moved = self._renumber_lost(s, [op for op in ops if (op["user"], op["session"]) == (user, session)])
-                if moved:
-                    # the session, opened, packed the dead process's later turns at their old numbers: let
-                    # it go unwritten, store the turns renumbered, and open it again from the store
-                    del self.sessions[(user, session)]
-                    self.store.refresh()
-                    self.store.put(Batch(turns=[Turn.from_record(op) for op in moved]))
-                    s = self.open(session, user)
-                    s.sync(lock)
-                count += len(moved) + s.adopt(mine)
-                last = max((op["turn"] for op in mine + moved if op["op"] == "turn"), default=0)
-                lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
+                count += self._recover_ops(s, lock, [op for op in ops if (op["user"], op["session"]) == (user, session)])
+        self._recovered(path)
+        return count
+
+    def _recover_ops(self, s, lock: "SessionLock", ops: list[dict]) -> int:
+        """A dead process's ops of one session into the session (and so to the store at the next
+        flush), under its lock and lease; returns the turns among them."""
+        mine, moved = self._renumber_lost(s, ops)
+        if moved:
+            self.store.refresh()
+            self.store.put(Batch(turns=[Turn.from_record(op) for op in moved]))
+            s.catch_up()
+        count = len(moved) + s.adopt(mine)
+        last = max((op["turn"] for op in mine + moved if op["op"] == "turn"), default=0)
+        lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
+        self._kept_key_done(s.key())
+        return count
+
+    def _kept_key_done(self, key: tuple[str, str]) -> None:
+        for kept in self._kept.values():
+            kept.waiting.discard(key)
+
+    def _recovered(self, path: Path) -> None:
+        """The segment's sessions recovered so far are flushed; the segment goes once all of them are."""
         self.flush()
-        if damaged:
-            (journal or self.journal).set_aside(path)
+        kept = self._kept[path]
+        if kept.waiting:
+            return
+        del self._kept[path]
+        if kept.damaged:
+            kept.journal.set_aside(path)
         else:
             path.unlink(missing_ok=True)
-        return count
+
+    def withheld(self, key: tuple[str, str]) -> list[str]:
+        """Dead processes' segments holding ops of the session that recovery writes (or will): the
+        session's sync does not read them, or it would take their turns at numbers another home may
+        have given other turns."""
+        return [path.name for path, kept in self._kept.items() if key in kept.keys]
+
+    def waiting(self, key: tuple[str, str]) -> bool:
+        """Whether a dead process's ops of the session wait for this home to take its lease: until
+        then the lock's last turn counts turns that are in no readable journal, not lost ones."""
+        return any(key in kept.waiting for kept in self._kept.values())
+
+    def _recover_kept(self, s, lock: "SessionLock") -> None:
+        """Recover the dead processes' ops of a session this home just took the lease of."""
+        for path in [path for path, kept in self._kept.items() if s.key() in kept.waiting]:
+            try:
+                ops = read_segment(path, 0, final=True).ops
+            except FileNotFoundError:   # another process of this home recovered all of it
+                del self._kept[path]
+                continue
+            count = self._recover_ops(s, lock, [op for op in ops if (op["user"], op["session"]) == s.key()])
+            self.warn(f"{count} turns of session {s.name!r} that the dead process of journal {path.name} "
+                      "acknowledged are recovered now that this home writes the session")
+            self._recovered(path)
 
     def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict]]:
         """A dead process's turns that another home numbered over while the lease had lapsed (the same
@@ -683,7 +745,7 @@ class Home:
             raise
         # another live process of this home (every one holds a journal segment) shares the leases: they
         # stay, renewed by it for the sessions it writes, lapsing for the others
-        others = self.journal.segments() if self.leases.held else []
+        others = self._live_others() if self.leases.held else []
         self.journal.close(remove=True)
         if others:
             self.leases.stop()

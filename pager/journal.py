@@ -30,7 +30,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 from .errors import StoreError
 
@@ -362,12 +362,14 @@ class Journal:
         aside.mkdir(exist_ok=True)
         os.replace(path, aside / path.name)
 
-    def read_new(self, offsets: dict[str, int], own: bool = False) -> list[dict]:
+    def read_new(self, offsets: dict[str, int], own: bool = False, skip: Collection[str] = ()) -> list[dict]:
         """Ops other processes (and with own, this one) appended since the reader's offsets
-        (segment name → bytes read)."""
+        (segment name → bytes read); the segments named in skip are not read."""
         seen = set()
         ops: list[dict] = []
         for path in self.segments(own):
+            if path.name in skip:
+                continue
             seen.add(path.name)
             read = read_segment(path, offsets.get(path.name, 0))
             offsets[path.name] = read.end

@@ -426,7 +426,7 @@ class Session:
             (last, generation), dirty = self.home.read_counts(self), False
         if generation == self.generation and not dirty and self.turn_count >= last:
             return
-        ops = [op for op in self.home.journal.read_new(self.journal_offsets)
+        ops = [op for op in self.home.journal.read_new(self.journal_offsets, skip=self.home.withheld(self.key()))
                if op["user"] == self.user and op["session"] == self.name]
         for op in ops:
             if op["op"] == "settings":
@@ -436,8 +436,10 @@ class Session:
         last = max([last] + [t.turn for t in turns])
         if self.turn_count < last:
             self.home.store.refresh()
+            self._settle_stored()
             self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
-            self._skip_missing(last)
+            if not self.home.waiting(self.key()):   # else the lock counts a dead process's turns, still to recover
+                self._skip_missing(last)
         for op in ops:
             if op["op"] == "bookmark":
                 self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
@@ -451,9 +453,18 @@ class Session:
         self._embed_pending()
         self.generation = generation
 
+    def _settle_stored(self) -> None:
+        """Before the first turns read from the store: the settings another home stored with them, when
+        it made the session after this process opened it."""
+        if not self.settled and not self.turn_count:
+            state = self.home.store.state(self.user, self.name) or {}
+            if "page_tokens" in state:
+                self.settle(state["page_tokens"], state.get("encoding") or self.packer.tokenizer.name)
+
     def catch_up(self) -> None:
         """Take in what another home flushed to the store (this home just took the session's lease)."""
         self.home.store.refresh()
+        self._settle_stored()
         self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
         self._embed_pending()
 

@@ -263,3 +263,33 @@ def test_a_store_opened_while_another_process_creates_it_still_takes_leases(tmp_
     assert early.swap_lease("u", "s", lambda held: (entry, held)) is None   # nobody held it
     assert early.swap_lease("u", "s", lambda held: (held, held)) == entry
     assert LanceStore(uri, dim=8).lease("u", "s")["holder"] == "h1"
+def test_a_home_that_restarts_while_another_holds_the_lease_recovers_when_it_takes_the_lease(shared, tmp_path):
+    """Host a's holder is killed; host b waits out the lease and writes; host a restarts while b still
+    holds it, so its journal cannot be recovered yet. Host a reads the session meanwhile without the
+    dead turns at numbers b gave other turns, and its first write recovers them first: every host
+    sees the turns numbered without gaps, in the order each host acknowledged them."""
+    config, env = shared
+    _killed_while_holding(CHILD, tmp_path / "a", "2", 5, env)
+    dead_segment = list((tmp_path / "a").rglob("*.wal"))
+    assert len(dead_segment) == 1
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    b.open("s").append("bob", "host b, after the lease lapsed")
+    b.open("other").append("bob", "another session of host b")
+    a = Home(config("a"), embedder=HashEmbedder())  # restarts while b holds the lease
+    assert a.recovered == 0 and any("recovered when this home next writes it" in w for w in a.warnings), a.warnings
+    s = a.open("s")
+    assert s.turn_count == 0   # b's turn is not flushed yet; the dead turns wait, at no number
+    b.close()
+    s.sync()
+    assert s.turn_count == 1 and [t.text for t in s.home.store.turns("", "s")] == ["host b, after the lease lapsed"]
+    turn = s.append("ann", "host a, after its restart")
+    assert turn.turn == 7, turn
+    dead = [f"acknowledged {i} on host a" for i in range(5)]
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:   # recovered before the turn
+        assert texts(reader, "s") == ["host b, after the lease lapsed", *dead]
+    assert not dead_segment[0].exists(), "the dead segment goes once all of it is in the store"
+    a.close()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "s") == ["host b, after the lease lapsed", *dead, "host a, after its restart"]
+    with Home(config("a"), embedder=HashEmbedder()) as again:   # nothing left to recover, nothing twice
+        assert again.recovered == 0 and not again.warnings, again.warnings
