@@ -655,6 +655,7 @@ class Home:
 
     def _recover_kept(self, s, lock: "SessionLock") -> None:
         """Recover the dead processes' ops of a session this home just took the lease of."""
+        s.catch_up()   # the lease may have been taken without it (a flush of sealed pages)
         for path in [path for path, kept in self._kept.items() if s.key() in kept.waiting]:
             try:
                 ops = read_segment(path, 0, final=True).ops
