@@ -131,6 +131,11 @@ class Session:
     def tail_n(self) -> int:
         return self.packer.next_n
 
+    @property
+    def page_count(self) -> int:
+        """The session's pages: the sealed ones, and the open tail page when it holds anything."""
+        return len(self.pages) + (1 if self.packer.pieces else 0)
+
     def key(self) -> tuple[str, str]:
         return (self.user, self.name)
 
