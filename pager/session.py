@@ -561,6 +561,10 @@ class Session:
             self._evict(entry, reason="page_out")
 
     def pin(self, n: int) -> None:
+        if n == self.tail_n and not self.packer.pieces:   # nothing to keep resident (and, in a session with no
+            # turns, no page table is stored: the pin would be lost at close)
+            raise PageNotFound(f"p{n} holds nothing yet (the open page, no turn on it): add what should stay "
+                               "resident first, then pin the page that holds it")
         pinned = self.pinned_count()
         if not self.table[n].pinned and pinned + 3 > self.frames.count:  # keep the tail and one free frame
             raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "

@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from pager.cli.app import app
 from pager.config import Config
 from pager.embed import HashEmbedder
+from pager.errors import PageNotFound
 from pager.home import Home
 from conftest import DEMO, ENV
 
@@ -109,3 +111,27 @@ def test_serve_lists_sessions_with_the_open_page(tmp_path):
             assert http.get("/sessions/open").json()["pages"] == 1
     finally:
         running.stop()
+
+
+# -- 2. a pin on an empty session -----------------------------------------------------------------------
+def test_a_pin_on_a_session_with_no_turns_is_refused_not_lost(tmp_path):
+    """`/pin p1` on a new session said it was pinned, and the pin was gone after a restart: a session with
+    no turns stores no page table. Its one page, the open page, holds nothing to keep resident, so the
+    pin is refused, saying what to do; pinned once the page holds a turn, it stays pinned."""
+    from pager.tools import Toolkit
+
+    config = _config(tmp_path / "h", session="fresh")
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open()
+        with pytest.raises(PageNotFound, match="holds nothing yet.*add what should stay resident first"):
+            s.pin(1)
+        assert not s.table[1].pinned
+    with Toolkit(config=config) as memory:
+        assert "holds nothing yet" in memory.call("pin", '{"page_id": "p1"}')   # the model is told, as text
+    assert _listed(tmp_path / "h") == {}   # nothing was made of it
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open()
+        s.append("ann", "My name is Ann and I am allergic to peanuts.")
+        s.pin(1)
+    with Home(config, embedder=HashEmbedder()) as home:
+        assert home.open().table[1].pinned
