@@ -135,3 +135,55 @@ def test_a_pin_on_a_session_with_no_turns_is_refused_not_lost(tmp_path):
         s.pin(1)
     with Home(config, embedder=HashEmbedder()) as home:
         assert home.open().table[1].pinned
+
+
+# -- 3. pager serve: stream ----------------------------------------------------------------------------
+def test_stream_must_be_a_boolean(tmp_path):
+    """`"stream": "yes"` was taken as true; OpenAI answers 400 naming the field."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            for value in ("yes", 1, "false", {}):
+                r = http.post("/v1/chat/completions", json={"model": "offline", "stream": value, "user": "s",
+                                                            "messages": [{"role": "user", "content": "hi"}]})
+                assert r.status_code == 400, r.text
+                error = r.json()["error"]
+                assert error["type"] == "invalid_request_error" and error["param"] == "stream"
+                assert "true or false" in error["message"]
+            assert http.get("/sessions").json()["data"] == []   # nothing stored
+            ok = http.post("/v1/chat/completions", json={"model": "offline", "stream": False, "user": "s",
+                                                         "messages": [{"role": "user", "content": "hi"}]})
+            assert ok.status_code == 200
+    finally:
+        running.stop()
+
+
+def test_a_streamed_request_for_a_session_another_host_holds_is_409_before_the_stream(tmp_path):
+    """Streamed, a session another host was writing got HTTP 200, the role chunk, then an error event;
+    unstreamed it was 409. Streamed it is the same 409 (`conflict_error`, `lease_held`), before any
+    event; once the lease is free the same streamed request is answered."""
+    from test_serve import Running
+
+    store = str(tmp_path / "store")
+    holder = Home(_config(tmp_path / "a", db=store), embedder=HashEmbedder())
+    holder.open("shared").append("ann", "written on host a")
+    b = Running(tmp_path / "b", config=Config(home=tmp_path / "b", db=store, embedder="hash"))
+    ask = {"model": "offline", "stream": True, "messages": [{"role": "user", "content": "written on host b"}]}
+    try:
+        with b.http() as http:
+            with http.stream("POST", "/v1/chat/completions", json=ask, headers={"X-Pager-Session": "shared"}) as r:
+                body = r.read()
+                assert r.status_code == 409, body
+                assert r.headers["content-type"].startswith("application/json")
+            error = json.loads(body)["error"]
+            assert error["type"] == "conflict_error" and error["code"] == "lease_held"
+            holder.close()
+            with http.stream("POST", "/v1/chat/completions", json=ask, headers={"X-Pager-Session": "shared"}) as r:
+                lines = [line for line in r.iter_lines() if line]
+                assert r.status_code == 200
+            assert '"role": "assistant"' in lines[0] and lines[-1] == "data: [DONE]"
+            assert http.get("/sessions/shared").json()["turns"] == 3
+    finally:
+        b.stop()
