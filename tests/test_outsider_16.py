@@ -187,3 +187,19 @@ def test_a_streamed_request_for_a_session_another_host_holds_is_409_before_the_s
             assert http.get("/sessions/shared").json()["turns"] == 3
     finally:
         b.stop()
+
+
+# -- 4. a filler taken for a keyword --------------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "Nate: They're actually competitors in the tournament, and he is allergic to shellfish.",
+    "Joanna: Actually I've discovered my favorite icecream place near the harbour.",
+    "Gina: Dancing seriously makes me happy, it is important to express yourself.",
+])
+def test_a_discourse_filler_is_not_a_bookmark_keyword(text):
+    """The offline extractor bookmarked pages under "actually" (a long word, so "rare"), which names
+    nothing a question asks about, in place of a word of the page."""
+    from pager.bookmarks import extract
+
+    keywords = [k.lower() for k in extract(text)]
+    assert not {"actually", "actually i've", "seriously"} & set(keywords), keywords
+    assert any(word in keywords for word in ("allergic", "icecream", "express")), keywords
