@@ -428,8 +428,8 @@ class Home:
         counts. The cache is made from the store when there is none (or a row's lock is gone), so it
         holds every session; a row of a session another process wrote since is stale by its lock, and
         the listing reads the store until that process closes and writes the row again."""
-        if self.read_only or self._store is None or not self._listing_kept():
-            return
+        if self.read_only or not isinstance(self._store, LanceStore) or not self._listing_kept():
+            return   # nothing written here, or to a store of this process (memory_home) that no other reads
         listing = self._listing()
         if listing is None or any(r["counts"] is not None and _lock_counts(self._lock_path(r["user"], r["session"]))
                                   is None for r in listing):
