@@ -152,17 +152,6 @@ def _not_found(home, user: str, session: str):
     return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
 
 
-def session_rows(home) -> list[dict]:
-    """Every session of the home, per user, with its turns and pages (the store's and the journals')."""
-    rows = {(r["user"], r["session"]): dict(r) for r in home.store.sessions()}
-    for op in home.journal.read_new({}, own=True):
-        if op.get("op") == "turn":
-            row = rows.setdefault((op["user"], op["session"]),
-                                  {"user": op["user"], "session": op["session"], "turns": 0, "pages": 0})
-            row["turns"] = max(row["turns"], op["turn"])
-    return [rows[k] for k in sorted(rows)]
-
-
 @command()
 def sessions(
     ctx: typer.Context,
@@ -171,7 +160,7 @@ def sessions(
     """The sessions in the home, per user, with their turns and pages."""
     config = load_config(ctx)
     with open_home(config, read_only=True) as home:
-        rows = session_rows(home)
+        rows = home.session_rows()
         if json_out:
             typer.echo(json.dumps({"home": str(home.path), "sessions": rows}, ensure_ascii=False))
             return
@@ -468,7 +457,7 @@ def check(
     every = session is None and not os.environ.get("PAGER_SESSION")
     with open_home(config, read_only=True) as home:
         if every:
-            targets = [(r["user"], r["session"]) for r in session_rows(home)]
+            targets = [(r["user"], r["session"]) for r in home.session_rows(cached=False)]
             if not targets:
                 typer.echo(f"no sessions in {home.path}: nothing to check")
                 return

@@ -32,11 +32,14 @@ STOPWORDS = frozenset(
     yesterday today tomorrow last next week weeks month months year years day days time times""".split()
 )
 
-# Words that start sentences or are always capitalised without naming anything.
+# Words that start sentences or are always capitalised without naming anything; and discourse fillers,
+# which name nothing wherever they stand ("Actually, …", "it was seriously good"): long, so the rare-word
+# rule took them. Only extraction reads this list (STOPWORDS would also drop them from search's terms).
 NOT_NAMES = frozenset(
     "i im i'm ive i've id i'd ill i'll the a an and but so oh hey hi yes no wow thanks thank what when where "
     "why how who which that this these those it its my our your his her their we you they he she there here "
     "if then also just well yeah okay ok sure great good nice cool awesome congrats congratulations "
+    "actually basically honestly literally seriously obviously apparently "
     "monday tuesday wednesday thursday friday saturday sunday".split()
 )
 

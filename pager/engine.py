@@ -198,10 +198,10 @@ class Engine:
 
     def sessions(self, tenant: str) -> list[dict]:
         """The tenant's sessions with turns and pages; the open ones as this process holds them."""
-        found = {r["session"]: r for r in self.home.store.sessions() if r["user"] == tenant}
+        found = {r["session"]: r for r in self.home.session_rows(journals=False) if r["user"] == tenant}
         for (user, name), s in self.home.sessions.items():
             if user == tenant and s.turn_count:
-                found[name] = {"user": user, "session": name, "turns": s.turn_count, "pages": len(s.pages)}
+                found[name] = {"user": user, "session": name, "turns": s.turn_count, "pages": s.page_count}
         return [{"session": r["session"], "turns": r["turns"], "pages": r["pages"]} for _, r in sorted(found.items())]
 
     def close(self) -> None:

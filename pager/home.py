@@ -40,6 +40,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -139,7 +140,7 @@ class Home:
                     (self.local / "STORE").write_text(store_uri(config) + "\n")   # for a person: whose folder this is
             except OSError as exc:
                 raise StoreError(f"cannot use {self.path} as the pager home ({exc}); pick another with --home") from exc
-        self.tokenizer = tokenizer or get_tokenizer(config.encoding)
+        self._tokenizer = tokenizer
         self._embedder = embedder
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
@@ -170,6 +171,12 @@ class Home:
             self._warn(message)
 
     # -- lazily built parts (LanceDB and the embedder cost seconds to import) ----------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:   # a quarter second to load: `pager sessions` never needs it
+            self._tokenizer = get_tokenizer(self.config.encoding)
+        return self._tokenizer
+
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
@@ -243,6 +250,7 @@ class Home:
             self.flush()
             self.save_index(s)
             self.save_snapshot(s)
+            self.save_listing([s])
             del self.sessions[key]
             mutex = self._lock_mutexes.get(key)
             if mutex is not None and not mutex.locked():   # every user of it holds self._mutex
@@ -336,6 +344,115 @@ class Home:
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: self.store
         return snapshot
+
+    # -- the session listing (`pager sessions`) -----------------------------------------------------------
+    def session_rows(self, journals: bool = True, cached: bool = True) -> list[dict]:
+        """Every session of the store, per user: its last turn and its pages, counted as `pager inspect`
+        counts them (the sealed ones and the open tail page when it holds anything). From the listing
+        cache when it is current (no LanceDB), else from the store; with journals, a session whose
+        turns a journal holds beyond the store's is opened read-only to count them."""
+        rows = self._listed() if cached else None
+        if rows is None:
+            rows = {(r["user"], r["session"]): self._with_tail(r) for r in self.store.sessions()}
+        if journals:
+            latest: dict[tuple[str, str], int] = {}
+            for op in self.journal.read_new({}, own=True):
+                if op.get("op") == "turn":
+                    key = (op["user"], op["session"])
+                    latest[key] = max(latest.get(key, 0), op["turn"])
+            for key, last in latest.items():
+                if key not in rows or last > rows[key]["turns"]:
+                    s = self.open(key[1], key[0], read_only=True)
+                    rows[key] = {"user": key[0], "session": key[1], "turns": s.turn_count, "pages": s.page_count}
+        return [rows[k] for k in sorted(rows)]
+
+    def _with_tail(self, row: dict) -> dict:
+        """A store row with its open tail page counted: it holds whatever turns follow the last sealed
+        page, and the rest of that page's last turn when the turn goes on (read only then)."""
+        user, session, turns, sealed_to = row["user"], row["session"], row["turns"], row.get("sealed_to", 0)
+        tail = turns > sealed_to
+        if turns and turns == sealed_to:
+            pages, _ = self.store.pages(user, session, after=row["pages"] - 1, with_vectors=False)
+            turn, _, end = pages[-1].spans[-1] if pages else (0, 0, 0)
+            rest = self.store.turns(user, session, after=turn - 1)[:1] if turn else []
+            tail = bool(rest) and end < len(rest[0].text)
+        return {"user": user, "session": session, "turns": turns, "pages": row["pages"] + tail}
+
+    LISTING_FORMAT = 1
+
+    def _listing_path(self) -> Path:
+        return self.path / "cache" / f"{hashlib.sha256(self.config.db_uri.encode()).hexdigest()[:32]}.sessions"
+
+    def _listing_kept(self) -> bool:
+        """Whether this home keeps a listing cache: for its own store only (another --db may be written
+        by other homes, which this one never hears of)."""
+        return self.local == self.path and is_local(self.config.db_uri)
+
+    def _listing(self) -> list[dict] | None:
+        """The listing cache's rows as written (each with its lock's counts), or None."""
+        try:
+            data = json.loads(self._listing_path().read_bytes())
+        except (OSError, ValueError):
+            return None
+        ok = isinstance(data, dict) and data.get("format") == self.LISTING_FORMAT
+        return data["sessions"] if ok else None
+
+    def _listed(self) -> dict | None:
+        """The sessions as the listing cache holds them, or None unless it is current: nothing committed
+        to the store's turns or pages since the cache was written, and every session lock of the home
+        at the counts its row was written with (a lock that moved, or a row's lock gone, means turns
+        came since). Its blind spot: sessions another home wrote into this home's own store (given it as
+        --db) before this home last closed; homes that share a store should each be given it with --db."""
+        if not self._listing_kept():
+            return None
+        path, db = self._listing_path(), Path(self.config.db_uri.removeprefix("file://"))
+        try:
+            written = path.stat().st_mtime_ns
+            if any((db / f"{t}.lance" / "_versions").stat().st_mtime_ns > written for t in ("turns", "pages")):
+                return None
+            listing = self._listing()
+            if listing is None:
+                return None
+            locks = {p.name: _lock_counts(p) for p in (self.local / "locks").glob("*.lock")}
+            rows = {}
+            for r in listing:
+                if locks.pop(self._lock_path(r["user"], r["session"]).name, None) != r["counts"]:
+                    return None
+                rows[(r["user"], r["session"])] = {k: r[k] for k in ("user", "session", "turns", "pages")}
+        except (OSError, KeyError, TypeError):
+            return None
+        return None if any(c is not None for c in locks.values()) else rows
+
+    def save_listing(self, sessions) -> None:
+        """Put the sessions' rows in the listing cache (after the closing flush), each with its lock's
+        counts. The cache is made from the store when there is none (or a row's lock is gone), so it
+        holds every session; a row of a session another process wrote since is stale by its lock, and
+        the listing reads the store until that process closes and writes the row again."""
+        if self.read_only or not isinstance(self._store, LanceStore) or not self._listing_kept():
+            return   # nothing written here, or to a store of this process (memory_home) that no other reads
+        listing = self._listing()
+        if listing is None or any(r["counts"] is not None and _lock_counts(self._lock_path(r["user"], r["session"]))
+                                  is None for r in listing):
+            listing = []
+            for r in self.store.sessions():
+                counts = _lock_counts(self._lock_path(r["user"], r["session"]))
+                if counts is None or (counts[0] == r["turns"] and not counts[2]):
+                    listing.append({**self._with_tail(r), "counts": counts})
+        rows = {(r["user"], r["session"]): r for r in listing}
+        for s in sessions:
+            counts = _lock_counts(self._lock_path(s.user, s.name))
+            if s.turn_count and counts is not None and counts[0] == s.turn_count and not counts[2]:
+                rows[s.key()] = {"user": s.user, "session": s.name, "turns": s.turn_count, "pages": s.page_count,
+                                 "counts": counts}
+        path = self._listing_path()
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"format": self.LISTING_FORMAT, "sessions": [rows[k] for k in sorted(rows)]},
+                                      ensure_ascii=False))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an optimisation; `pager sessions` reads the store
 
     # -- the one write path ------------------------------------------------------------------------------
     def accept(self, groups: dict, origin: str = "input") -> "Accepted":
@@ -755,6 +872,7 @@ class Home:
         for s in self.sessions.values():
             self.save_index(s)
             self.save_snapshot(s)
+        self.save_listing(self.sessions.values())
         self._closed = True
 
     def __enter__(self) -> "Home":
@@ -808,6 +926,12 @@ def _read_counts_path(path: Path) -> tuple[int, int, bool] | None:
         return _read_counts(path.read_bytes())
     except OSError:
         return None
+
+
+def _lock_counts(path: Path) -> list | None:
+    """A session lock's counts as the listing cache keeps them; None for no lock, or one never advanced."""
+    counts = _read_counts_path(path)
+    return None if counts is None or not any(counts) else [counts[0], counts[1], counts[2]]
 
 
 @dataclass

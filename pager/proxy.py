@@ -29,6 +29,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .config import name_problem
 from .errors import InputError
@@ -146,8 +147,12 @@ def parse(body: object, header_session: str | None, default_session: str, max_me
                            "the tool calls the reply before asked for", param="messages")
     if exchange:
         _check_exchange(exchange)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(f"`stream` must be true or false, not {json.dumps(stream)[:40]}", param="stream",
+                           code="invalid_type")
     options = body.get("stream_options") or {}
-    return ChatRequest(model.strip(), session, "\n\n".join(system), history, bool(body.get("stream")),
+    return ChatRequest(model.strip(), session, "\n\n".join(system), history, bool(stream),
                        bool(isinstance(options, dict) and options.get("include_usage")), tools, exchange)
 
 
@@ -312,9 +317,11 @@ def rekey_window(s, history: list[Message]) -> None:
             return
 
 
-def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float) -> dict:
+def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float,
+              on_ask: Callable[[], None] | None = None) -> dict:
     """One chat turn, on a worker thread with the session's lock and the engine lock held
-    (`queued`: the perf_counter when the request asked for them)."""
+    (`queued`: the perf_counter when the request asked for them). `on_ask` is called when the model
+    is first asked: whatever refuses the turn (the lease, the budget) has not by then."""
     from .agent import Agent, Reply
     from .engine import Unlocked
 
@@ -342,6 +349,8 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
             seen["faulted"].append(event.data["page"])
         elif event.kind == "model_request":
             seen["tokens"] = event.data["tokens"]["total"]
+            if on_ask is not None:
+                on_ask()
 
     s.events.listeners.append(listen)
     try:

@@ -456,12 +456,23 @@ class Server:
         if req.model != OFFLINE_NAME and not routable(req.model):   # no call of it can work: nothing is stored
             raise RequestError(f"model {req.model!r} {UNROUTABLE}, or use model 'offline'", 404,
                                code="model_not_found", param="model")
+        loop, begun = asyncio.get_running_loop(), asyncio.Event()
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
-                               tenant=tenant, name=req.session)
+                               lambda: loop.call_soon_threadsafe(begun.set), tenant=tenant, name=req.session)
         task = asyncio.ensure_future(turn)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         if req.stream:
+            # a refused turn (another host's lease, a message the budget cannot hold) is answered with its
+            # status, as unstreamed: the stream's 200 goes out once the model is asked (or the turn is done)
+            asking = asyncio.ensure_future(begun.wait())
+            await asyncio.wait([task, asking], timeout=self.limits.model_timeout, return_when=asyncio.FIRST_COMPLETED)
+            asking.cancel()
+            if task.done() and task.exception() is not None:
+                task.result()   # raises: the error shape and status of any request
+            if not task.done() and not begun.is_set():
+                await asyncio.to_thread(self.engine.home.journal.sync)
+                return self._timeout()
             facts["streaming"] = True
             return self._stream(cid, req, task, facts)
         try:

@@ -131,6 +131,11 @@ class Session:
     def tail_n(self) -> int:
         return self.packer.next_n
 
+    @property
+    def page_count(self) -> int:
+        """The session's pages: the sealed ones, and the open tail page when it holds anything."""
+        return len(self.pages) + (1 if self.packer.pieces else 0)
+
     def key(self) -> tuple[str, str]:
         return (self.user, self.name)
 
@@ -556,6 +561,10 @@ class Session:
             self._evict(entry, reason="page_out")
 
     def pin(self, n: int) -> None:
+        if n == self.tail_n and not self.packer.pieces:   # nothing to keep resident (and, in a session with no
+            # turns, no page table is stored: the pin would be lost at close)
+            raise PageNotFound(f"p{n} holds nothing yet (the open page, no turn on it): add what should stay "
+                               "resident first, then pin the page that holds it")
         pinned = self.pinned_count()
         if not self.table[n].pinned and pinned + 3 > self.frames.count:  # keep the tail and one free frame
             raise BudgetError(f"pinning p{n} would leave no frame free ({self.frames.count} frames, {pinned} pinned); "

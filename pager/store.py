@@ -81,7 +81,7 @@ class Store(Protocol):
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
     def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]: ...
-    def sessions(self) -> list[dict]: ...
+    def sessions(self) -> list[dict]: ...   # user, session, turns (the last), pages (sealed), sealed_to (the last turn on one)
     def refresh(self) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
     def stats(self) -> dict: ...
@@ -153,7 +153,8 @@ class MemoryStore:
     def sessions(self) -> list[dict]:
         keys = set(self._turns) | set(self._pages)
         return [
-            {"user": u, "session": s, "turns": self.turn_count(u, s), "pages": len(self._pages.get((u, s), {}))}
+            {"user": u, "session": s, "turns": self.turn_count(u, s), "pages": len(self._pages.get((u, s), {})),
+             "sealed_to": max((p.last_turn for p, _ in self._pages.get((u, s), {}).values()), default=0)}
             for u, s in sorted(keys)
         ]
 
@@ -531,15 +532,18 @@ class LanceStore:
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
             return []
-        turns = self._tables["turns"].search().select(["user", "session", "turn"]).limit(None).to_list()
-        pages = self._tables["pages"].search().select(["user", "session", "n"]).limit(None).to_list()
+        # grouped by Arrow: one row per session reaches Python, not one per turn and page
+        turns = (self._tables["turns"].search().select(["user", "session", "turn"]).limit(None).to_arrow()
+                 .group_by(["user", "session"]).aggregate([("turn", "max")]).to_pylist())
+        pages = (self._tables["pages"].search().select(["user", "session", "n", "last_turn"]).limit(None).to_arrow()
+                 .group_by(["user", "session"]).aggregate([("n", "count"), ("last_turn", "max")]).to_pylist())
         out: dict[tuple[str, str], dict] = {}
         for r in turns:
-            d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0, "pages": 0})
-            d["turns"] = max(d["turns"], r["turn"])
+            out[(r["user"], r["session"])] = {"user": r["user"], "session": r["session"], "turns": r["turn_max"],
+                                              "pages": 0, "sealed_to": 0}
         for r in pages:
-            d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0, "pages": 0})
-            d["pages"] += 1
+            d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0})
+            d["pages"], d["sealed_to"] = r["n_count"], r["last_turn_max"]
         return [out[k] for k in sorted(out)]
 
     # -- upkeep ---------------------------------------------------------------------------------

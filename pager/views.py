@@ -174,7 +174,7 @@ def inspect_json(session: Session) -> dict:
         "session": session.name,
         "user": session.user,
         "turns": session.turn_count,
-        "pages": len(session.pages) + (1 if session.packer.pieces else 0),
+        "pages": session.page_count,
         "page_tokens": session.page_tokens,
         "frames": session.frames.count,
         "used": session.frames.used(),

@@ -69,8 +69,11 @@ def test_namespaces_are_isolated_even_with_hostile_ids(store):
 def test_sessions_lists_namespaces(store):
     store.put(batch("u", "a"))
     store.put(batch("v", "b", turns=2))
+    store.put(Batch(turns=[Turn("b", 3, "ann", "on the open page", user="v")]))
     rows = {(r["user"], r["session"]): r for r in store.sessions()}
     assert rows[("u", "a")]["turns"] == 3 and rows[("v", "b")]["pages"] == 1
+    # the last turn on a sealed page: `pager sessions` counts the open page from it
+    assert rows[("u", "a")]["sealed_to"] == 3 and (rows[("v", "b")]["turns"], rows[("v", "b")]["sealed_to"]) == (3, 2)
 
 
 def test_state_changes_are_kept_once_in_order_per_session(store):
