@@ -34,6 +34,7 @@ from .errors import BudgetError
 from .page import page_id
 from .search import date_range
 from .session import Session
+from .tokens import least_tokens
 
 MESSAGE_OVERHEAD = 4
 REPLY_PRIMING = 3
@@ -713,10 +714,16 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(title + SEPARATOR)] * slabs
     room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
+    costs = session.render.known_lines()
     for item in ranked:
         if room < 2:
             break   # no line costs less than a token and its newline
-        cost = session.render.line_tokens(item[1]) + 1
+        cost = costs.get(item[1])
+        if cost is None:
+            if least_tokens(item[1]) >= room:
+                continue   # it cannot fit: passed over, as its count would pass it over, without counting it
+            cost = session.render.line_tokens(item[1])
+        cost += 1
         if cost > room:
             continue
         for b in range(slabs):
