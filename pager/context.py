@@ -34,6 +34,7 @@ from .errors import BudgetError
 from .page import page_id
 from .search import date_range
 from .session import Session
+from .tokens import least_tokens
 
 MESSAGE_OVERHEAD = 4
 REPLY_PRIMING = 3
@@ -362,6 +363,7 @@ def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[in
     else:
         top = np.argpartition(-weights, m - 1)[:m]
     told = told_turns(session)
+    cache = excerpt_cache(session)
     pages = session.index.pages_of(top)
     keep = (weights[top] > 0) & (weights[top] >= least) & ~np.isin(pages, list(fixed))   # one pass, not piece by piece
     if found is not None:
@@ -371,15 +373,25 @@ def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[in
     for piece, n in zip(top[order].tolist(), pages[order].tolist()):
         if n not in session.pages:
             continue
-        held = excerpt_line(session, n, session.index.page_pieces[n].index(piece))
+        i = session.index.page_pieces[n].index(piece)
+        held = cache[(n, i)] if (n, i) in cache else excerpt_line(session, n, i)
         if held is not None and held[0].turn not in told:
             yield held[0], held[1], float(weights[piece])
+
+
+def excerpt_cache(session: Session) -> dict[tuple[int, int], tuple[Excerpt, str] | None]:
+    """(page, piece) → excerpt_line's answer, for this session (looked up once per call of
+    excerpts_by_weight: a weak dictionary's setdefault makes a weak reference each time)."""
+    cache = _EXCERPTS.get(session)
+    if cache is None:
+        cache = _EXCERPTS[session] = {}
+    return cache
 
 
 def excerpt_line(session: Session, n: int, i: int) -> tuple[Excerpt, str] | None:
     """The excerpt of the i-th piece of page n and its line, or None when the piece is not a whole turn
     (a long turn split across pages: its excerpt would be part of what was said)."""
-    cache = _EXCERPTS.setdefault(session, {})
+    cache = excerpt_cache(session)
     key = (n, i)
     if key in cache:
         return cache[key]
@@ -713,10 +725,16 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
     used = [session.render.line_tokens(title + SEPARATOR)] * slabs
     room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
+    costs = session.render.known_lines()
     for item in ranked:
         if room < 2:
             break   # no line costs less than a token and its newline
-        cost = session.render.line_tokens(item[1]) + 1
+        cost = costs.get(item[1])
+        if cost is None:
+            if item[1].count(" ") + 1 >= room and least_tokens(item[1]) >= room:   # (the bound is at most that)
+                continue   # it cannot fit: passed over, as its count would pass it over, without counting it
+            cost = session.render.line_tokens(item[1])
+        cost += 1
         if cost > room:
             continue
         for b in range(slabs):

@@ -250,6 +250,10 @@ class Renderer:
         cost = self._line_costs.get(line)
         return cost if cost is not None else self._keep(line, self.s.tokenizer.count(line))
 
+    def known_lines(self) -> dict[str, int]:
+        """The texts line_tokens has counted and their counts (read only: a lookup without a call)."""
+        return self._line_costs
+
     def _keep(self, key: str, cost: int) -> int:
         """Cache a text's count (the cache is cleared past 100,000 texts) and return it."""
         if len(self._line_costs) > 100_000:
