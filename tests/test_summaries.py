@@ -6,11 +6,11 @@ summaries are durable across homes, recovered from a dead one's journal, and rel
 
 import json
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pager.bench.record import record
 from pager.config import CHAT_FLOOR, Config
-from pager.context import build, render_map
+from pager.context import EXCERPTS_TITLE, build, render_map
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.replay import replay
@@ -204,6 +204,8 @@ def test_summaries_are_durable_across_homes_recovered_and_reloaded(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@example(texts=["0"] * 5 + ["0Ø𐀀", "0:0𐀀𒍀", "0ØØ𐀀𐀀", "0", "0", "0:0𐀀𒍀", "0:0ØØØØĒĒ𐀀𐀀𐀀"], budget=417, page_tokens=64,
+         share=0.0, fact_share=0.3, question="0", chat=False)   # a leftover's facts block beside a full set of frames
 @given(texts=st.lists(st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1, max_size=1500)
                       .filter(str.strip), min_size=1, max_size=12),
        budget=st.integers(min_value=400, max_value=6000), page_tokens=st.sampled_from([64, 128, 256]),
@@ -235,7 +237,8 @@ def test_regions_hold_the_budget_with_summaries_of_any_size(tmp_path_factory, te
     assert len(summary_blocks) == (1 if ctx.summaries else 0)
     summary_frames = -(-ctx.tokens.get("summaries", 0) // page_tokens)
     assert share or not ctx.summaries                            # no share, no region
-    slabs = [b for b in blocks if b.startswith("[facts]")]
+    slabs = [b for b in blocks if b.startswith(("[facts]", EXCERPTS_TITLE))]
+    slabs = slabs[: len(slabs) - ctx.filled]   # the leftover's blocks come last and take no frame
     assert len(ctx.pages) + len(slabs) + summary_frames <= max(1, (config.budget - config.map_reserve) // page_tokens)
     assert ctx.dropped == []
     home.journal.close(remove=True)
