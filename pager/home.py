@@ -56,6 +56,7 @@ from .embed import Embedder, make_embedder
 from .errors import ConfigError, InputError, LeaseHeld, StoreError
 from .journal import Journal, read_segment
 from .lease import Leases
+from .recovery import follow
 from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
 from .tokens import Tokenizer, get_tokenizer
@@ -615,12 +616,14 @@ class Home:
     def _recover_ops(self, s, lock: "SessionLock", ops: list[dict]) -> int:
         """A dead process's ops of one session into the session (and so to the store at the next
         flush), under its lock and lease; returns the turns among them."""
-        mine, moved = self._renumber_lost(s, ops)
+        mine, moved, numbers, first = self._renumber_lost(s, ops)
         if moved:
             self.store.refresh()
             self.store.put(Batch(turns=[Turn.from_record(op) for op in moved]))
             s.catch_up()
-        count = len(moved) + s.adopt(mine)
+        count = len(moved) + s.adopt([op for op in mine if op["op"] in ("settings", "turn")])
+        # its state changes, facts, summaries, bookmarks and pins follow its turns (pager.recovery)
+        s.adopt(follow(s, ops, numbers, first, self.store))
         last = max((op["turn"] for op in mine + moved if op["op"] == "turn"), default=0)
         lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
         self._kept_key_done(s.key())
@@ -666,15 +669,16 @@ class Home:
                       "acknowledged are recovered now that this home writes the session")
             self._recovered(path)
 
-    def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict]]:
+    def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict], dict[int, int], int]:
         """A dead process's turns that another home numbered over while the lease had lapsed (the same
         numbers hold other turns in the store) are kept after the session's last turn: the first lost
         one and every later one, in the order the dead process acknowledged them (moving only the lost
         ones put a question after its own answer), but for those filling numbers the store skipped.
-        Returns (the ops to adopt as they are, the turn ops moved, renumbered)."""
+        Returns (the ops to adopt as they are, the turn ops moved, renumbered, the number each of the
+        dead turns from the first lost one on has now, that first lost turn)."""
         clash = [op for op in ops if op["op"] == "turn" and op["turn"] <= s.turn_count]
         if not clash:
-            return ops, []
+            return ops, [], {}, 0
         stored = {t.turn: t for t in self.store.turns(s.user, s.name, after=min(op["turn"] for op in clash) - 1)}
 
         def held(op: dict) -> bool:  # the store holds this very turn at its number (not one that says the same)
@@ -683,30 +687,35 @@ class Home:
 
         lost = [op for op in clash if op["turn"] in stored and not held(op)]
         if not lost:
-            return ops, []
+            return ops, [], {}, 0
         first = min(op["turn"] for op in lost)
         known = self.store.keys(s.user, s.name)
         # a recovery cut short may already have stored some of them after the last turn: not twice
-        kept = {(t.speaker, t.text, t.ts) for t in stored.values()}
+        kept = {(t.speaker, t.text, t.ts): t.turn for t in stored.values()}
         base = last = max(stored)
 
         def hole(op: dict) -> bool:  # a number the store skipped: the turn that made it skip fills it
             return op["turn"] < last and op["turn"] not in stored
 
-        moved, gone = [], set()
+        moved, gone, numbers = [], set(), {}
         for op in sorted((op for op in ops if op["op"] == "turn" and op["turn"] >= first), key=lambda op: op["turn"]):
+            numbers[op["turn"]] = op["turn"]
             if hole(op):
                 continue
             gone.add(id(op))
-            if held(op) or (op.get("key") and op["key"] in known) or (op["speaker"], op["text"], op.get("ts", 0.0)) in kept:
-                continue  # stored already (the other home took this very message in): it is stored once
+            same = (op["speaker"], op["text"], op.get("ts", 0.0))
+            if held(op) or (op.get("key") and op["key"] in known) or same in kept:
+                # stored already (the other home took this very message in): it is stored once
+                numbers[op["turn"]] = op["turn"] if held(op) else known.get(op.get("key") or "", kept.get(same, 0))
+                continue
             base += 1
             moved.append({**op, "turn": base})
+            numbers[op["turn"]] = base
         if moved:
             self.warn(f"{len(lost)} turns of session {s.name!r} from a dead process were numbered over by another "
                       f"home while their lease had lapsed; its turns from turn {first} on are kept after the last "
                       f"one, in the order acknowledged, as turns {last + 1}-{base}")
-        return [op for op in ops if id(op) not in gone], moved
+        return [op for op in ops if id(op) not in gone], moved, numbers, first
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
 
