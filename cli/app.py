@@ -154,12 +154,16 @@ def _not_found(home, user: str, session: str):
 
 def session_rows(home) -> list[dict]:
     """Every session of the home, per user, with its turns and pages (the store's and the journals')."""
+    from pager.journal import read_segment
+
     rows = {(r["user"], r["session"]): dict(r) for r in home.store.sessions()}
-    for op in home.journal.read_new({}, own=True):
-        if op.get("op") == "turn":
-            row = rows.setdefault((op["user"], op["session"]),
-                                  {"user": op["user"], "session": op["session"], "turns": 0, "pages": 0})
-            row["turns"] = max(row["turns"], op["turn"])
+    withheld: dict[tuple[str, str], list[str]] = {}   # a dead process's turns another home numbered over
+    for path in home.journal.segments(own=True):
+        for op in read_segment(path).ops:
+            key = (op["user"], op["session"])
+            if op["op"] == "turn" and path.name not in withheld.setdefault(key, home.withheld(key) if key in rows else []):
+                row = rows.setdefault(key, {"user": op["user"], "session": op["session"], "turns": 0, "pages": 0})
+                row["turns"] = max(row["turns"], op["turn"])
     return [rows[k] for k in sorted(rows)]
 
 

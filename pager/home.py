@@ -149,6 +149,7 @@ class Home:
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
+        self._clashes: dict[tuple, tuple[int, bool]] = {}   # (session, segment) → (its size, numbered over?)
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -648,13 +649,64 @@ class Home:
     def withheld(self, key: tuple[str, str]) -> list[str]:
         """Dead processes' segments holding ops of the session that recovery writes (or will): the
         session's sync does not read them, or it would take their turns at numbers another home may
-        have given other turns."""
+        have given other turns. A read-only home recovers nothing: it withholds the segments whose
+        ops of the session the store contradicts (numbered_over)."""
+        if self.read_only:
+            return self.numbered_over(key)
         return [path.name for path, kept in self._kept.items() if key in kept.keys]
 
     def waiting(self, key: tuple[str, str]) -> bool:
         """Whether a dead process's ops of the session wait for this home to take its lease: until
         then the lock's last turn counts turns that are in no readable journal, not lost ones."""
+        if self.read_only:
+            return bool(self.numbered_over(key))
         return any(key in kept.waiting for kept in self._kept.values())
+
+    def numbered_over(self, key: tuple[str, str]) -> list[str]:
+        """The journal segments holding a turn (or a state change, fact or summary) of the session at a
+        number the store holds for another one: a dead process's, numbered over by another home while
+        its lease had lapsed. This home's next writer recovers them after the session's last records
+        (Home._renumber_lost, pager.recovery); until then a reader shows none of their ops of the
+        session, as the writer does, rather than some of them at numbers they will not keep."""
+        names = []
+        for path in self.journal.segments(own=True):
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            cached = self._clashes.get((key, path.name))
+            if cached is None or cached[0] != size:
+                ops = [op for op in read_segment(path).ops if (op["user"], op["session"]) == key]
+                cached = self._clashes[(key, path.name)] = (size, self._contradicted(key, ops))
+            if cached[1]:
+                names.append(path.name)
+        if names:
+            self.warn(f"the journal {', '.join(names)} of a dead process holds acknowledged records of session "
+                      f"{key[1]!r} at numbers another home has since given its own; they are not shown until this "
+                      "home writes the session again (`pager migrate` does), which keeps them after the last ones")
+        return names
+
+    def _contradicted(self, key: tuple[str, str], ops: list[dict]) -> bool:
+        """Whether the store holds other records at the numbers of these ops (turns, state changes,
+        facts, summaries)."""
+        user, session = key
+        turns = {op["turn"]: op for op in ops if op["op"] == "turn"}
+        if turns:
+            for t in self.store.turns(user, session, after=min(turns) - 1):
+                op = turns.get(t.turn)
+                if op is not None and (op["speaker"], op["text"]) != (t.speaker, t.text):
+                    return True
+        for kind, number, stored, same in (
+                ("state", "seq", lambda: [(c.seq, (c.key, c.value, c.ts)) for c in self.store.state_changes(user, session)],
+                 lambda op: (op["key"], op["value"], float(op["ts"]))),
+                ("fact", "n", lambda: [(f.n, (f.text, f.ts)) for f in self.store.facts(user, session)],
+                 lambda op: (op["text"], float(op["ts"]))),
+                ("summary", "n", lambda: [(x.n, (x.text, x.ts)) for x in self.store.summaries(user, session)],
+                 lambda op: (op["text"], float(op["ts"])))):
+            mine = {op[number]: same(op) for op in ops if op["op"] == kind}
+            if mine and any(n in mine and mine[n] != held for n, held in stored()):
+                return True
+        return False
 
     def _recover_kept(self, s, lock: "SessionLock") -> None:
         """Recover the dead processes' ops of a session this home just took the lease of."""

@@ -127,8 +127,12 @@ def test_a_dead_holders_state_change_is_kept_when_another_home_used_its_number_w
     b.flush()
     a = Home(config("a"), embedder=HashEmbedder())   # b holds the lease: its recovery waits for a write
     assert a.recovered == 0
-    b.close()
     sa = a.open("s")
+    with Home(config("a"), embedder=HashEmbedder(), read_only=True) as reader:   # `pager inspect` meanwhile
+        r = reader.open("s")   # shows what the writer shows: none of the dead ops, not some at numbers they lose
+        assert (r.turn_count, r.state.values(), len(r.facts)) == (sa.turn_count, sa.state.values(), len(sa.facts))
+        assert (r.turn_count, r.state.values(), len(r.facts)) == (0, {"city": "Paris"}, 1)
+    b.close()
     sa.set_state("pet", "cat")
     assert sa.state.values() == {"city": "Lisbon", "pet": "cat"}
     a.close()
