@@ -3,10 +3,13 @@ killed with SIGKILL, homes restarting while another holds the lease, readers in 
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from pager.cli.app import app
 from pager.embed import HashEmbedder
+from pager.fsck import check
 from pager.home import Home
 from test_leases import CHILD, _killed_while_holding, shared, texts  # noqa: F401 - shared: the fixture
 
@@ -59,3 +62,115 @@ def test_a_reader_on_a_restarted_home_shows_no_dead_turn_at_a_number_another_hom
         assert texts(reader, "s") == ["host b one", "host b two", *dead, "host a, after its restart"]
     inspected = runner.invoke(app, [*args, "inspect", "-s", "s", "--json"], env=env)
     assert json.loads(inspected.stdout.splitlines()[-1])["turns"] == 8 and "another home" not in inspected.output
+
+
+TWO_SESSIONS = """
+import sys
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.fsck import check
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1], lease_s=1.0, budget=2048), embedder=HashEmbedder())
+for name in ("free", "held"):
+    s = home.open(name)
+    for i in range(3):
+        s.append("ann", f"{name} {i} on host a")
+    s.set_state("city", f"Lisbon for {name}")
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_dead_journal_of_two_sessions_one_held_elsewhere_is_recovered_in_two_steps(shared, tmp_path):  # noqa: F811
+    """The dead process's journal holds ops of session 'free' (nobody else writes it) and 'held' (host b
+    numbered over it and still holds its lease). Host a's restart recovers 'free' at once and keeps the
+    segment for 'held'; a second restart meanwhile recovers nothing twice; the first write of 'held'
+    recovers the rest, and only then is the segment gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config, env = shared
+    child = subprocess.Popen([sys.executable, "-c", TWO_SESSIONS, str(tmp_path / "a")], env={**os.environ, **env},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "holding", child.stderr.read()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    segment = list((tmp_path / "a").rglob("*.wal"))
+    assert len(segment) == 1
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    sb = b.open("held")
+    sb.append("bob", "held 0 on host b")
+    sb.set_state("city", "Paris")
+    b.flush()
+    for restart in range(2):
+        with Home(config("a"), embedder=HashEmbedder()) as a:
+            assert a.recovered == (3 if restart == 0 else 0), (restart, a.warnings)
+            assert segment[0].exists(), "kept until 'held' is recovered too"
+            assert a.open("held").turn_count == 1 and a.open("held").state.values() == {"city": "Paris"}
+            assert a.open("free").turn_count == 3
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "free") == [f"free {i} on host a" for i in range(3)]
+        assert [(c.seq, c.value) for c in reader.store.state_changes("", "free")] == [(1, "Lisbon for free")]
+    b.close()
+    with Home(config("a"), embedder=HashEmbedder()) as a:
+        a.open("held").append("ann", "host a, after its restarts")
+        assert not segment[0].exists()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "held") == ["held 0 on host b", *[f"held {i} on host a" for i in range(3)],
+                                         "host a, after its restarts"]
+        assert [(c.seq, c.value, c.turn) for c in reader.store.state_changes("", "held")] == [
+            (1, "Paris", 1), (2, "Lisbon for held", 4)]
+        assert texts(reader, "free") == [f"free {i} on host a" for i in range(3)]
+        for name in ("free", "held"):
+            report = check(reader, "", name)
+            assert report.ok, (name, report.problems)
+    assert not list((tmp_path / "a").rglob("*.wal"))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _SlowLeases:
+    """A store's leases whose compare-and-swap takes `delay` seconds of the clock to come back (S3 under load)."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.rows: dict = {}
+        self.clock = clock
+        self.delay = 0.0
+
+    def swap_lease(self, user, session, change):
+        entry, result = change(self.rows.get((user, session)))
+        self.clock.t += self.delay
+        if entry is None:
+            self.rows.pop((user, session), None)
+        else:
+            self.rows[(user, session)] = entry
+        return result
+
+
+def test_a_lease_is_trusted_from_before_its_commit_not_from_when_it_came_back(monkeypatch):
+    """A home counted its lease from when the store's commit came back, while the lease ran from before
+    it: with a commit taking 2.5 s of a 3 s lease, it kept writing 0.5 s past the expiry, beside the
+    home that had taken the lease over (the handover test on S3 under load stored turn 18 twice)."""
+    from pager.errors import LeaseHeld
+    from pager.lease import Leases
+
+    monkeypatch.setattr(Leases, "_start", lambda self: None)   # no renewal thread: the clock is ours
+    clock = _Clock()
+    store = _SlowLeases(clock)
+    a = Leases(lambda: store, "a", lease_s=3.0, wait_s=0.0, clock=clock)
+    b = Leases(lambda: store, "b", lease_s=3.0, wait_s=0.0, clock=clock)
+    store.delay = 2.5
+    assert a.ensure("", "s")          # claimed at 1000.0, came back at 1002.5: it expires at 1003.0
+    store.delay = 0.0
+    clock.t = 1003.2
+    assert b.ensure("", "s")          # lapsed: b takes it over
+    with pytest.raises(LeaseHeld):
+        a.ensure("", "s")             # a asks the store again, and is refused, instead of writing beside b
