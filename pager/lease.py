@@ -75,9 +75,9 @@ class Leases:
         """Whether the store keeps leases (a store in memory is one process's alone)."""
         return hasattr(self._store(), "swap_lease")
 
-    def _claim(self, user: str, session: str) -> dict | None:
-        """Take or renew the lease; None when it is ours now, else the other holder's entry."""
-        now = self.clock()
+    def _claim(self, user: str, session: str, now: float) -> dict | None:
+        """Take or renew the lease, to expire lease_s after `now`; None when it is ours now, else the
+        other holder's entry."""
 
         def change(entry):
             if entry is None or entry["home"] == self.home or entry["expires"] < now:
@@ -102,11 +102,15 @@ class Leases:
             return False
         deadline = self.clock() + (self.wait_s if wait else 0)
         while True:
-            other = self._claim(user, session)
+            # the lease runs from before the claim, not from when its commit came back (a slow store
+            # took part of it): held counts from the same instant, so this home never trusts a lease
+            # after the expiry other homes read
+            now = self.clock()
+            other = self._claim(user, session, now)
             if other is None:
                 with self._mutex:
                     fresh = key not in self.held
-                    self.held[key] = self.clock()
+                    self.held[key] = now
                 self._start()
                 return fresh
             with self._mutex:
@@ -215,7 +219,7 @@ class Leases:
             for (user, session), other in results.items():
                 with self._mutex:
                     if other is None and (user, session) in self.held:
-                        self.held[(user, session)] = self.clock()
+                        self.held[(user, session)] = now   # when the renewed lease's time began (see ensure)
                     elif other is not None:
                         self.held.pop((user, session), None)
                 if other is not None:

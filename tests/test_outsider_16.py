@@ -158,7 +158,7 @@ class _SlowLeases:
 def test_a_lease_is_trusted_from_before_its_commit_not_from_when_it_came_back(monkeypatch):
     """A home counted its lease from when the store's commit came back, while the lease ran from before
     it: with a commit taking 2.5 s of a 3 s lease, it kept writing 0.5 s past the expiry, beside the
-    home that had taken the lease over (the handover test on S3 under load stored turn 18 twice)."""
+    home that had taken the lease over (a suspect for the turn the handover test on S3 under load stored twice)."""
     from pager.errors import LeaseHeld
     from pager.lease import Leases
 

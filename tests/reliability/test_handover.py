@@ -106,6 +106,12 @@ def test_homes_handing_a_lease_over_and_killed_mid_burst_lose_nothing(store, tmp
             w.close()
         _verify(tmp_path, env, acks)
     except AssertionError as exc:
+        if os.environ.get("HANDOVER_DUMP"):   # for a person chasing a failure: the acknowledgements and the store
+            with Home(Config.load(env=env, home=tmp_path / "dump"), embedder=HashEmbedder(), read_only=True) as dump:
+                turns = [(t.turn, t.text[:12], t.ts) for t in dump.store.turns("", "s")]
+            errs = {name: w.stderr() for name, w in writers.items()}
+            Path(os.environ["HANDOVER_DUMP"]).write_text(json.dumps({"acks": acks, "paths": paths, "turns": turns,
+                                                                     "stderr": errs}))
         raise AssertionError(f"seed {seed} ({kind}), paths {paths}: {exc}") from exc
     finally:
         for w in writers.values():
