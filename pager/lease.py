@@ -14,8 +14,9 @@ compare-and-swap on its row (LanceStore.swap_lease), so two hosts claiming at on
 win. A home takes the lease before it writes a session (Home.accept, journal_op, flush,
 recover) and a background thread renews it every lease_s/3 while it is in use. A lease is held
 while the session is being written, not while it is open: once the home has not written the
-session for idle_s (PAGER_LEASE_IDLE_S), the thread asks the home to flush (Home._release_idle)
-and gives the lease up, so a chat left open on one host does not keep the others from writing.
+session for idle_s (PAGER_LEASE_IDLE_S), the thread has the home flush (Home._release_idle, on a
+thread of its own: the lease is renewed while the flush takes as long as the store does) and
+gives the lease up, so a chat left open on one host does not keep the others from writing.
 The next write takes it again and, since another home may have written meanwhile, reads what the
 store holds before it numbers a turn. Close releases every lease after the closing flush, when
 everything the home accepted is in the store. Another home is
@@ -65,6 +66,7 @@ class Leases:
         self._round = threading.Lock()   # a renewal round; release waits for it, so nothing is re-taken after
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._idling: threading.Thread | None = None   # giving idle leases up (the home flushes first)
 
     def _swap(self, user: str, session: str, change):
         store = self._store()
@@ -155,16 +157,17 @@ class Leases:
         """Release the leases of idle sessions whose writes are all in the store (the caller flushed,
         holding the home's write mutex, so nothing was written since). Returns the keys released."""
         given = []
-        for user, session in keys:
-            try:
-                self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
-            except PagerError as exc:
-                self._warn(f"could not give up the idle lease of session {session!r} ({exc}); trying again later")
-                continue
-            with self._mutex:
-                self.held.pop((user, session), None)
-                self.used.pop((user, session), None)
-            given.append((user, session))
+        with self._round:   # between renewal rounds: a round never takes back a lease given up
+            for user, session in keys:
+                try:
+                    self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
+                except PagerError as exc:
+                    self._warn(f"could not give up the idle lease of session {session!r} ({exc}); trying again later")
+                    continue
+                with self._mutex:
+                    self.held.pop((user, session), None)
+                    self.used.pop((user, session), None)
+                given.append((user, session))
         return given
 
     def stop(self) -> None:
@@ -183,15 +186,24 @@ class Leases:
                 if self._stop.is_set():
                     continue
                 idle = self.idle()
-                if idle and self._on_idle is not None:
-                    try:
-                        self._on_idle(idle)
-                    except Exception as exc:  # noqa: BLE001 - kept, renewed, tried again next round
-                        self._warn(f"could not give up idle leases ({exc}); they stay held and renewed")
+                if idle and self._on_idle is not None and not (self._idling and self._idling.is_alive()):
+                    # the home flushes before it gives a lease up, which takes as long as the store does: on a
+                    # thread of its own, so this one goes on renewing. Were the lease to lapse under the flush,
+                    # another home could take it and number over the turns being flushed.
+                    self._idling = threading.Thread(target=self._give_up_idle, args=(idle,), name="pager-idle",
+                                                    daemon=True)
+                    self._idling.start()
                 with self._mutex:
                     due = any(self.clock() - renewed >= 0.9 * every for renewed in self.held.values())
                 if due:
                     self._renew_all()
+
+    def _give_up_idle(self, idle: list[tuple[str, str]]) -> None:
+        assert self._on_idle is not None
+        try:
+            self._on_idle(idle)
+        except Exception as exc:  # noqa: BLE001 - kept, renewed, tried again next round
+            self._warn(f"could not give up idle leases ({exc}); they stay held and renewed")
 
     def _renew_all(self) -> None:
         """Renew every lease held, one compare-and-swap per slot of the leases table."""
