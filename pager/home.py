@@ -150,6 +150,7 @@ class Home:
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
         self._clashes: dict[tuple, tuple[int, bool]] = {}   # (session, segment) → (its size, numbered over?)
+        self._lost: set[tuple[str, str]] = set()   # sessions whose unflushed records another home numbered over
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -458,9 +459,33 @@ class Home:
         process's ops of the session that waited for the lease are recovered now, before a new turn is
         numbered (after them)."""
         if self.leases.ensure(s.user, s.name):
+            self._check_not_lost(s)
             s.catch_up()
         if self._kept and self.waiting(s.key()):
             self._recover_kept(s, lock)
+
+    def _check_not_lost(self, s) -> None:
+        """This home just took a session's lease it had held before it lapsed (a stall, a network cut
+        off from the store): another home may have written the session meanwhile, numbering its own
+        records over the ones this process acknowledged and had not yet flushed. If the store says so,
+        those stay in this process's journal segment, which is kept when it closes, and the next
+        process of this home recovers them after the last ones, as a dead process's (a flush would have
+        lost them: the store keeps the first record of a number). Writes of the session are refused
+        until then: this process numbered it from a past the store no longer holds."""
+        key = s.key()
+        if key not in self._lost:
+            own = self.journal.path
+            ops = [op for op in read_segment(own).ops if (op["user"], op["session"]) == key] if own else []
+            if not ops:
+                return
+            self.store.refresh()
+            if not self._contradicted(key, ops):
+                return
+            self._lost.add(key)
+        raise StoreError(f"session {s.name!r}: this home's lease lapsed while it held acknowledged records not yet in "
+                         "the store, and another home has since written the session at their numbers; they are "
+                         "kept in this process's journal and stored after the last ones when this home opens it "
+                         "next: restart this process (or run `pager migrate` once it has exited)")
 
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
@@ -521,8 +546,18 @@ class Home:
         with self._mutex:
             parts = {s: s.take_pending() for s in self.sessions.values()}
             for s, part in list(parts.items()):
-                if (part.turns or part.bookmarks) and self.leases.applies():
-                    self.leases.ensure(s.user, s.name, touch=False)  # held since they were accepted; refused if it lapsed
+                lost = s.key() in self._lost
+                if not lost and (part.turns or part.bookmarks) and self.leases.applies():
+                    # held since they were accepted; refused if it lapsed
+                    if self.leases.ensure(s.user, s.name, touch=False):
+                        try:
+                            self._check_not_lost(s)
+                        except StoreError as exc:
+                            self.warn(str(exc))
+                            lost = True
+                if lost:   # kept in the journal for the next process of this home (_check_not_lost)
+                    s.pending = part.merged(s.pending)
+                    del parts[s]
                 elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
                     try:  # pages sealed from what another home wrote: written by whoever holds the lease
                         self.leases.ensure(s.user, s.name, wait=False, touch=False)
@@ -554,7 +589,7 @@ class Home:
                 self.flushes += 1
                 if self.flushes % self.config.compact_every == 0:
                     self.store.compact(self.config.keep_versions_s)
-            if self.journal.written:
+            if self.journal.written and not self._lost:
                 self.journal.rotate()
 
     def _release_idle(self, keys: list[tuple[str, str]]) -> None:
@@ -809,7 +844,7 @@ class Home:
         # another live process of this home (every one holds a journal segment) shares the leases: they
         # stay, renewed by it for the sessions it writes, lapsing for the others
         others = self._live_others() if self.leases.held else []
-        self.journal.close(remove=True)
+        self.journal.close(remove=not self._lost)   # records numbered over are recovered by the next process
         if others:
             self.leases.stop()
         else:

@@ -77,16 +77,17 @@ class Leases:
         """Whether the store keeps leases (a store in memory is one process's alone)."""
         return hasattr(self._store(), "swap_lease")
 
-    def _claim(self, user: str, session: str, now: float) -> dict | None:
-        """Take or renew the lease, to expire lease_s after `now`; None when it is ours now, else the
-        other holder's entry."""
+    def _claim(self, user: str, session: str, now: float) -> tuple[dict | None, bool]:
+        """Take or renew the lease, to expire lease_s after `now`: (None when it is ours now, else the
+        other holder's entry; whether it was not this home's before, so another home may have written)."""
 
         def change(entry):
             if entry is None or entry["home"] == self.home or entry["expires"] < now:
-                return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
-            return entry, entry
+                taken = entry is None or entry["home"] != self.home
+                return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, (None, taken)
+            return entry, (entry, False)
 
-        return self._swap(user, session, change)
+        return self._swap(user, session, change) or (None, False)
 
     def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True) -> bool:
         """Hold the session's lease before writing it. Returns True when it was just taken (another
@@ -108,10 +109,12 @@ class Leases:
             # took part of it): held counts from the same instant, so this home never trusts a lease
             # after the expiry other homes read
             now = self.clock()
-            other = self._claim(user, session, now)
+            other, taken = self._claim(user, session, now)
             if other is None:
                 with self._mutex:
-                    fresh = key not in self.held
+                    # taken: it had lapsed and gone (another home may have held it and written meanwhile),
+                    # though the renewal thread had not yet said so
+                    fresh = key not in self.held or taken
                     self.held[key] = now
                 self._start()
                 return fresh
@@ -219,9 +222,11 @@ class Leases:
             now = self.clock()
 
             def change(entry, now=now):
-                if entry is None or entry["home"] == self.home or entry["expires"] < now:
+                if entry is not None and entry["home"] == self.home:
                     return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
-                return entry, entry
+                # gone (it lapsed, and another home may have held it since): lost, not renewed, so the next
+                # write takes it as new and reads what the store holds first
+                return entry, entry or {"holder": "no one (it had lapsed)"}
 
             try:
                 results = store.swap_leases(group, change)

@@ -230,3 +230,35 @@ def test_a_lease_is_renewed_while_the_home_flushes_before_giving_it_up():
         assert given == [("", "s")] and ("", "s") not in table.rows and ("", "s") not in leases.held
     finally:
         leases.stop()
+
+
+def test_a_home_whose_lease_lapsed_under_unflushed_turns_keeps_them_for_its_next_process(tmp_path):
+    """Host a stalls (nothing renews its lease: a pause, a network cut off from the store) with three
+    acknowledged turns not yet flushed; host b takes the lapsed lease and writes turn 1. Host a's next
+    write took the lease back as if it had never lost it, numbered turn 4, and its flush stored turns
+    2-4: its acknowledged turn 1 was lost (the store keeps the first record of a number) and its pages
+    did not hold b's turn. Now the write is refused naming the fix, and the next process of home a
+    recovers the three after b's turn, as a dead process's."""
+    from pager.config import Config
+    from pager.errors import StoreError
+
+    store = str(tmp_path / "store")
+
+    def config(name: str, **kw):
+        return Config.load(env={"PAGER_EMBEDDER": "hash", "PAGER_DB": store}, home=tmp_path / name, budget=2048, **kw)
+
+    a = Home(config("a", lease_s=1.0), embedder=HashEmbedder())
+    sa = a.open("s")
+    for i in range(3):
+        sa.append("ann", f"a {i}")
+    a.leases.stop()   # the stall: host a lives on, its lease is no longer renewed
+    with Home(config("b", lease_wait_s=120), embedder=HashEmbedder()) as b:
+        assert b.open("s").append("bob", "b 0").turn == 1   # waited for the lapse; a's turns are in no store
+    with pytest.raises(StoreError, match="restart this process"):
+        sa.append("ann", "a 3")
+    a.close()
+    with Home(config("a"), embedder=HashEmbedder()) as again:
+        assert again.recovered == 3, again.warnings
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "s") == ["b 0", "a 0", "a 1", "a 2"]
+        assert check(reader, "", "s").ok
