@@ -6,7 +6,8 @@ Prints {"ready": recovered} once its home is open (its restart recovered the dea
 or set it aside until it takes the lease). Then, for each line `burst K` on stdin, makes K ops
 (turns, state changes, facts, bookmarks, chosen by the seed), printing one JSON line per op once it
 is acknowledged, then `done`; between bursts it is idle, so its lease goes after PAGER_LEASE_IDLE_S.
-`close` closes the home. Texts and keywords are `NAME<serial>`, unique across restarts (SERIAL is
+`close` closes the home. A write refused because this home's lease lapsed under ops another home
+then numbered over closes the home (its journal kept for the next process) and prints `restart`. Texts and keywords are `NAME<serial>`, unique across restarts (SERIAL is
 where this process starts counting). The store comes from PAGER_DB.
 """
 
@@ -16,6 +17,7 @@ import sys
 
 from pager.config import Config
 from pager.embed import HashEmbedder
+from pager.errors import StoreError
 from pager.facts import Draft
 from pager.home import Home
 
@@ -40,25 +42,35 @@ def main() -> None:
         for _ in range(int(command[1])):
             serial += 1
             tag = f"{name}{serial}"
-            kind = rng.choice(["turn", "turn", "state", "fact", "bookmark"]) if own else "turn"
-            if kind == "turn":
-                words = " ".join(f"{tag}w{j}" for j in range(rng.randint(2, 40)))
-                turn = s.append(name, f"{tag} says {words}")
-                own = (turn.turn, tag)
-                ack = {"kind": "turn", "tag": tag, "turn": turn.turn}
-            elif kind == "state":
-                key = f"{name} slot {serial % 3}"
-                s.set_state(key, tag)
-                ack = {"kind": "state", "tag": tag, "key": key}
-            elif kind == "fact":
-                s.add_facts([Draft(f"{name} subject", f"{tag} is a fact", (own[0],))], "model")
-                ack = {"kind": "fact", "tag": tag, "about": own[1]}
-            else:
-                page = max(s._turn_pages({own[0]})[own[0]][0])
-                s.bookmark([page], [tag])
-                ack = {"kind": "bookmark", "tag": tag, "about": own[1]}
+            try:
+                ack = op(s, rng, name, serial, tag, own)
+            except StoreError as exc:
+                if "restart this process" not in str(exc):
+                    raise
+                home.close()   # its lease lapsed under unflushed ops another home numbered over: the next
+                print("restart", flush=True)   # process of this home recovers them
+                return
+            if ack["kind"] == "turn":
+                own = (ack["turn"], tag)
             print(json.dumps(ack), flush=True)
         print("done", flush=True)
+
+
+def op(s, rng, name: str, serial: int, tag: str, own) -> dict:
+    """One op, chosen by the seed; returns what was acknowledged."""
+    kind = rng.choice(["turn", "turn", "state", "fact", "bookmark"]) if own else "turn"
+    if kind == "turn":
+        words = " ".join(f"{tag}w{j}" for j in range(rng.randint(2, 40)))
+        return {"kind": "turn", "tag": tag, "turn": s.append(name, f"{tag} says {words}").turn}
+    if kind == "state":
+        key = f"{name} slot {serial % 3}"
+        s.set_state(key, tag)
+        return {"kind": "state", "tag": tag, "key": key}
+    if kind == "fact":
+        s.add_facts([Draft(f"{name} subject", f"{tag} is a fact", (own[0],))], "model")
+        return {"kind": "fact", "tag": tag, "about": own[1]}
+    s.bookmark([max(s._turn_pages({own[0]})[own[0]][0])], [tag])
+    return {"kind": "bookmark", "tag": tag, "about": own[1]}
 
 
 if __name__ == "__main__":
