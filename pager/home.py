@@ -850,8 +850,9 @@ class Home:
         else:
             self.leases.release()
         for s in self.sessions.values():
-            self.save_index(s)
-            self.save_snapshot(s)
+            if s.key() not in self._lost:   # numbered from a past the store no longer holds: cache nothing of it
+                self.save_index(s)
+                self.save_snapshot(s)
         self._closed = True
 
     def __enter__(self) -> "Home":
