@@ -548,8 +548,10 @@ class Home:
             for s, part in list(parts.items()):
                 lost = s.key() in self._lost
                 if not lost and (part.turns or part.bookmarks) and self.leases.applies():
-                    # held since they were accepted; refused if it lapsed
-                    if self.leases.ensure(s.user, s.name, touch=False):
+                    # held since they were accepted; refused if it lapsed. Renewed now, so the store write
+                    # has a whole lease to finish in before another home could take it over (and number over
+                    # what is being written), not what was left of one renewed up to lease_s/3 ago
+                    if self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0):
                         try:
                             self._check_not_lost(s)
                         except StoreError as exc:

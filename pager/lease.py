@@ -89,11 +89,13 @@ class Leases:
 
         return self._swap(user, session, change) or (None, False)
 
-    def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True) -> bool:
+    def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True,
+               trust_s: float | None = None) -> bool:
         """Hold the session's lease before writing it. Returns True when it was just taken (another
         home may have written the session since: read the store). Raises LeaseHeld when another home
         holds it and does not let go within lease_wait_s (or at once when wait is False). touch says
-        the session is being written (the idle clock starts again); a flush does not touch."""
+        the session is being written (the idle clock starts again); a flush does not touch. A lease
+        renewed less than trust_s ago (lease_s/3 unless given) is not asked for again."""
         key = (user, session)
         if not self.applies():
             return False
@@ -101,7 +103,7 @@ class Leases:
             if touch or key not in self.used:
                 self.used[key] = self.clock()
             renewed = self.held.get(key)
-        if renewed is not None and self.clock() - renewed < self.lease_s / 3:
+        if renewed is not None and self.clock() - renewed < (self.lease_s / 3 if trust_s is None else trust_s):
             return False
         deadline = self.clock() + (self.wait_s if wait else 0)
         while True:

@@ -262,3 +262,19 @@ def test_a_home_whose_lease_lapsed_under_unflushed_turns_keeps_them_for_its_next
     with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
         assert texts(reader, "s") == ["b 0", "a 0", "a 1", "a 2"]
         assert check(reader, "", "s").ok
+
+
+def test_a_flush_renews_the_lease_before_it_writes(tmp_path):
+    """A flush trusted a lease renewed up to lease_s/3 before, so a store write slower than the two
+    thirds left could finish after another home had taken the lapsed lease over and numbered its turns
+    over the ones being written (the handover test on S3 under load). It renews first: the write has a
+    whole lease."""
+    from pager.config import Config
+
+    config = Config.load(env={"PAGER_EMBEDDER": "hash", "PAGER_DB": str(tmp_path / "store")}, home=tmp_path / "a",
+                         budget=2048)
+    with Home(config, embedder=HashEmbedder()) as a:
+        a.open("s").append("ann", "a turn to flush")
+        seen = a.store.lease("", "s")["seen"]
+        a.flush()
+        assert a.store.lease("", "s")["seen"] > seen
