@@ -57,6 +57,7 @@ from .embed import Embedder, make_embedder
 from .errors import ConfigError, InputError, LeaseHeld, StoreError
 from .journal import Journal, read_segment
 from .lease import Leases
+from .recovery import follow
 from .page import Turn
 from .store import SCHEMA_VERSION, Batch, LanceStore, MemoryStore, Store, is_local
 from .tokens import Tokenizer, get_tokenizer
@@ -149,6 +150,8 @@ class Home:
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
+        self._clashes: dict[tuple, tuple[int, bool]] = {}   # (session, segment) → (its size, numbered over?)
+        self._lost: set[tuple[str, str]] = set()   # sessions whose unflushed records another home numbered over
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -573,9 +576,33 @@ class Home:
         process's ops of the session that waited for the lease are recovered now, before a new turn is
         numbered (after them)."""
         if self.leases.ensure(s.user, s.name):
+            self._check_not_lost(s)
             s.catch_up()
         if self._kept and self.waiting(s.key()):
             self._recover_kept(s, lock)
+
+    def _check_not_lost(self, s) -> None:
+        """This home just took a session's lease it had held before it lapsed (a stall, a network cut
+        off from the store): another home may have written the session meanwhile, numbering its own
+        records over the ones this process acknowledged and had not yet flushed. If the store says so,
+        those stay in this process's journal segment, which is kept when it closes, and the next
+        process of this home recovers them after the last ones, as a dead process's (a flush would have
+        lost them: the store keeps the first record of a number). Writes of the session are refused
+        until then: this process numbered it from a past the store no longer holds."""
+        key = s.key()
+        if key not in self._lost:
+            own = self.journal.path
+            ops = [op for op in read_segment(own).ops if (op["user"], op["session"]) == key] if own else []
+            if not ops:
+                return
+            self.store.refresh()
+            if not self._contradicted(key, ops):
+                return
+            self._lost.add(key)
+        raise StoreError(f"session {s.name!r}: this home's lease lapsed while it held acknowledged records not yet in "
+                         "the store, and another home has since written the session at their numbers; they are "
+                         "kept in this process's journal and stored after the last ones when this home opens it "
+                         "next: restart this process (or run `pager migrate` once it has exited)")
 
     # -- locks ------------------------------------------------------------------------------------------
     def _lock_path(self, user: str, session: str) -> Path:
@@ -636,8 +663,20 @@ class Home:
         with self._mutex:
             parts = {s: s.take_pending() for s in self.sessions.values()}
             for s, part in list(parts.items()):
-                if (part.turns or part.bookmarks) and self.leases.applies():
-                    self.leases.ensure(s.user, s.name, touch=False)  # held since they were accepted; refused if it lapsed
+                lost = s.key() in self._lost
+                if not lost and (part.turns or part.bookmarks) and self.leases.applies():
+                    # held since they were accepted; refused if it lapsed. Renewed now, so the store write
+                    # has a whole lease to finish in before another home could take it over (and number over
+                    # what is being written), not what was left of one renewed up to lease_s/3 ago
+                    if self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0):
+                        try:
+                            self._check_not_lost(s)
+                        except StoreError as exc:
+                            self.warn(str(exc))
+                            lost = True
+                if lost:   # kept in the journal for the next process of this home (_check_not_lost)
+                    s.pending = part.merged(s.pending)
+                    del parts[s]
                 elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
                     try:  # pages sealed from what another home wrote: written by whoever holds the lease
                         self.leases.ensure(s.user, s.name, wait=False, touch=False)
@@ -669,7 +708,7 @@ class Home:
                 self.flushes += 1
                 if self.flushes % self.config.compact_every == 0:
                     self.store.compact(self.config.keep_versions_s)
-            if self.journal.written:
+            if self.journal.written and not self._lost:
                 self.journal.rotate()
 
     def _release_idle(self, keys: list[tuple[str, str]]) -> None:
@@ -732,12 +771,16 @@ class Home:
     def _recover_ops(self, s, lock: "SessionLock", ops: list[dict]) -> int:
         """A dead process's ops of one session into the session (and so to the store at the next
         flush), under its lock and lease; returns the turns among them."""
-        mine, moved = self._renumber_lost(s, ops)
+        mine, moved, numbers, first = self._renumber_lost(s, ops)
         if moved:
             self.store.refresh()
             self.store.put(Batch(turns=[Turn.from_record(op) for op in moved]))
             s.catch_up()
-        count = len(moved) + s.adopt(mine)
+        before = s.turn_count   # turns up to here are stored already (a restart before recovered them)
+        s.adopt([op for op in mine if op["op"] in ("settings", "turn")])
+        count = len(moved) + sum(1 for op in mine if op["op"] == "turn" and op["turn"] > before)
+        # its state changes, facts, summaries, bookmarks and pins follow its turns (pager.recovery)
+        s.adopt(follow(s, ops, numbers, first, self.store))
         last = max((op["turn"] for op in mine + moved if op["op"] == "turn"), default=0)
         lock.advance(last, 1)  # a dead writer may have died before it advanced the lock
         self._kept_key_done(s.key())
@@ -762,13 +805,64 @@ class Home:
     def withheld(self, key: tuple[str, str]) -> list[str]:
         """Dead processes' segments holding ops of the session that recovery writes (or will): the
         session's sync does not read them, or it would take their turns at numbers another home may
-        have given other turns."""
+        have given other turns. A read-only home recovers nothing: it withholds the segments whose
+        ops of the session the store contradicts (numbered_over)."""
+        if self.read_only:
+            return self.numbered_over(key)
         return [path.name for path, kept in self._kept.items() if key in kept.keys]
 
     def waiting(self, key: tuple[str, str]) -> bool:
         """Whether a dead process's ops of the session wait for this home to take its lease: until
         then the lock's last turn counts turns that are in no readable journal, not lost ones."""
+        if self.read_only:
+            return bool(self.numbered_over(key))
         return any(key in kept.waiting for kept in self._kept.values())
+
+    def numbered_over(self, key: tuple[str, str]) -> list[str]:
+        """The journal segments holding a turn (or a state change, fact or summary) of the session at a
+        number the store holds for another one: a dead process's, numbered over by another home while
+        its lease had lapsed. This home's next writer recovers them after the session's last records
+        (Home._renumber_lost, pager.recovery); until then a reader shows none of their ops of the
+        session, as the writer does, rather than some of them at numbers they will not keep."""
+        names = []
+        for path in self.journal.segments(own=True):
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            cached = self._clashes.get((key, path.name))
+            if cached is None or cached[0] != size:
+                ops = [op for op in read_segment(path).ops if (op["user"], op["session"]) == key]
+                cached = self._clashes[(key, path.name)] = (size, self._contradicted(key, ops))
+            if cached[1]:
+                names.append(path.name)
+        if names:
+            self.warn(f"the journal {', '.join(names)} of a dead process holds acknowledged records of session "
+                      f"{key[1]!r} at numbers another home has since given its own; they are not shown until this "
+                      "home writes the session again (`pager migrate` does), which keeps them after the last ones")
+        return names
+
+    def _contradicted(self, key: tuple[str, str], ops: list[dict]) -> bool:
+        """Whether the store holds other records at the numbers of these ops (turns, state changes,
+        facts, summaries)."""
+        user, session = key
+        turns = {op["turn"]: op for op in ops if op["op"] == "turn"}
+        if turns:
+            for t in self.store.turns(user, session, after=min(turns) - 1):
+                op = turns.get(t.turn)
+                if op is not None and (op["speaker"], op["text"]) != (t.speaker, t.text):
+                    return True
+        for kind, number, stored, same in (
+                ("state", "seq", lambda: [(c.seq, (c.key, c.value, c.ts)) for c in self.store.state_changes(user, session)],
+                 lambda op: (op["key"], op["value"], float(op["ts"]))),
+                ("fact", "n", lambda: [(f.n, (f.text, f.ts)) for f in self.store.facts(user, session)],
+                 lambda op: (op["text"], float(op["ts"]))),
+                ("summary", "n", lambda: [(x.n, (x.text, x.ts)) for x in self.store.summaries(user, session)],
+                 lambda op: (op["text"], float(op["ts"])))):
+            mine = {op[number]: same(op) for op in ops if op["op"] == kind}
+            if mine and any(n in mine and mine[n] != held for n, held in stored()):
+                return True
+        return False
 
     def _recover_kept(self, s, lock: "SessionLock") -> None:
         """Recover the dead processes' ops of a session this home just took the lease of."""
@@ -784,15 +878,16 @@ class Home:
                       "acknowledged are recovered now that this home writes the session")
             self._recovered(path)
 
-    def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict]]:
+    def _renumber_lost(self, s, ops: list[dict]) -> tuple[list[dict], list[dict], dict[int, int], int]:
         """A dead process's turns that another home numbered over while the lease had lapsed (the same
         numbers hold other turns in the store) are kept after the session's last turn: the first lost
         one and every later one, in the order the dead process acknowledged them (moving only the lost
         ones put a question after its own answer), but for those filling numbers the store skipped.
-        Returns (the ops to adopt as they are, the turn ops moved, renumbered)."""
+        Returns (the ops to adopt as they are, the turn ops moved, renumbered, the number each of the
+        dead turns from the first lost one on has now, that first lost turn)."""
         clash = [op for op in ops if op["op"] == "turn" and op["turn"] <= s.turn_count]
         if not clash:
-            return ops, []
+            return ops, [], {}, 0
         stored = {t.turn: t for t in self.store.turns(s.user, s.name, after=min(op["turn"] for op in clash) - 1)}
 
         def held(op: dict) -> bool:  # the store holds this very turn at its number (not one that says the same)
@@ -801,30 +896,35 @@ class Home:
 
         lost = [op for op in clash if op["turn"] in stored and not held(op)]
         if not lost:
-            return ops, []
+            return ops, [], {}, 0
         first = min(op["turn"] for op in lost)
         known = self.store.keys(s.user, s.name)
         # a recovery cut short may already have stored some of them after the last turn: not twice
-        kept = {(t.speaker, t.text, t.ts) for t in stored.values()}
+        kept = {(t.speaker, t.text, t.ts): t.turn for t in stored.values()}
         base = last = max(stored)
 
         def hole(op: dict) -> bool:  # a number the store skipped: the turn that made it skip fills it
             return op["turn"] < last and op["turn"] not in stored
 
-        moved, gone = [], set()
+        moved, gone, numbers = [], set(), {}
         for op in sorted((op for op in ops if op["op"] == "turn" and op["turn"] >= first), key=lambda op: op["turn"]):
+            numbers[op["turn"]] = op["turn"]
             if hole(op):
                 continue
             gone.add(id(op))
-            if held(op) or (op.get("key") and op["key"] in known) or (op["speaker"], op["text"], op.get("ts", 0.0)) in kept:
-                continue  # stored already (the other home took this very message in): it is stored once
+            same = (op["speaker"], op["text"], op.get("ts", 0.0))
+            if held(op) or (op.get("key") and op["key"] in known) or same in kept:
+                # stored already (the other home took this very message in): it is stored once
+                numbers[op["turn"]] = op["turn"] if held(op) else known.get(op.get("key") or "", kept.get(same, 0))
+                continue
             base += 1
             moved.append({**op, "turn": base})
+            numbers[op["turn"]] = base
         if moved:
             self.warn(f"{len(lost)} turns of session {s.name!r} from a dead process were numbered over by another "
                       f"home while their lease had lapsed; its turns from turn {first} on are kept after the last "
                       f"one, in the order acknowledged, as turns {last + 1}-{base}")
-        return [op for op in ops if id(op) not in gone], moved
+        return [op for op in ops if id(op) not in gone], moved, numbers, first
 
     TMP_AGE_S = 30  # a temporary file older than this belongs to no write in progress (a batch takes < 1 s)
 
@@ -864,15 +964,16 @@ class Home:
         # another live process of this home (every one holds a journal segment) shares the leases: they
         # stay, renewed by it for the sessions it writes, lapsing for the others
         others = self._live_others() if self.leases.held else []
-        self.journal.close(remove=True)
+        self.journal.close(remove=not self._lost)   # records numbered over are recovered by the next process
         if others:
             self.leases.stop()
         else:
             self.leases.release()
         for s in self.sessions.values():
-            self.save_index(s)
-            self.save_snapshot(s)
-        self.save_listing(self.sessions.values())
+            if s.key() not in self._lost:   # numbered from a past the store no longer holds: cache nothing of it
+                self.save_index(s)
+                self.save_snapshot(s)
+        self.save_listing([s for s in self.sessions.values() if s.key() not in self._lost])
         self._closed = True
 
     def __enter__(self) -> "Home":

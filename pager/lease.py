@@ -14,8 +14,9 @@ compare-and-swap on its row (LanceStore.swap_lease), so two hosts claiming at on
 win. A home takes the lease before it writes a session (Home.accept, journal_op, flush,
 recover) and a background thread renews it every lease_s/3 while it is in use. A lease is held
 while the session is being written, not while it is open: once the home has not written the
-session for idle_s (PAGER_LEASE_IDLE_S), the thread asks the home to flush (Home._release_idle)
-and gives the lease up, so a chat left open on one host does not keep the others from writing.
+session for idle_s (PAGER_LEASE_IDLE_S), the thread has the home flush (Home._release_idle, on a
+thread of its own: the lease is renewed while the flush takes as long as the store does) and
+gives the lease up, so a chat left open on one host does not keep the others from writing.
 The next write takes it again and, since another home may have written meanwhile, reads what the
 store holds before it numbers a turn. Close releases every lease after the closing flush, when
 everything the home accepted is in the store. Another home is
@@ -65,6 +66,7 @@ class Leases:
         self._round = threading.Lock()   # a renewal round; release waits for it, so nothing is re-taken after
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._idling: threading.Thread | None = None   # giving idle leases up (the home flushes first)
 
     def _swap(self, user: str, session: str, change):
         store = self._store()
@@ -75,22 +77,25 @@ class Leases:
         """Whether the store keeps leases (a store in memory is one process's alone)."""
         return hasattr(self._store(), "swap_lease")
 
-    def _claim(self, user: str, session: str) -> dict | None:
-        """Take or renew the lease; None when it is ours now, else the other holder's entry."""
-        now = self.clock()
+    def _claim(self, user: str, session: str, now: float) -> tuple[dict | None, bool]:
+        """Take or renew the lease, to expire lease_s after `now`: (None when it is ours now, else the
+        other holder's entry; whether it was not this home's before, so another home may have written)."""
 
         def change(entry):
             if entry is None or entry["home"] == self.home or entry["expires"] < now:
-                return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
-            return entry, entry
+                taken = entry is None or entry["home"] != self.home
+                return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, (None, taken)
+            return entry, (entry, False)
 
-        return self._swap(user, session, change)
+        return self._swap(user, session, change) or (None, False)
 
-    def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True) -> bool:
+    def ensure(self, user: str, session: str, wait: bool = True, touch: bool = True,
+               trust_s: float | None = None) -> bool:
         """Hold the session's lease before writing it. Returns True when it was just taken (another
         home may have written the session since: read the store). Raises LeaseHeld when another home
         holds it and does not let go within lease_wait_s (or at once when wait is False). touch says
-        the session is being written (the idle clock starts again); a flush does not touch."""
+        the session is being written (the idle clock starts again); a flush does not touch. A lease
+        renewed less than trust_s ago (lease_s/3 unless given) is not asked for again."""
         key = (user, session)
         if not self.applies():
             return False
@@ -98,15 +103,21 @@ class Leases:
             if touch or key not in self.used:
                 self.used[key] = self.clock()
             renewed = self.held.get(key)
-        if renewed is not None and self.clock() - renewed < self.lease_s / 3:
+        if renewed is not None and self.clock() - renewed < (self.lease_s / 3 if trust_s is None else trust_s):
             return False
         deadline = self.clock() + (self.wait_s if wait else 0)
         while True:
-            other = self._claim(user, session)
+            # the lease runs from before the claim, not from when its commit came back (a slow store
+            # took part of it): held counts from the same instant, so this home never trusts a lease
+            # after the expiry other homes read
+            now = self.clock()
+            other, taken = self._claim(user, session, now)
             if other is None:
                 with self._mutex:
-                    fresh = key not in self.held
-                    self.held[key] = self.clock()
+                    # taken: it had lapsed and gone (another home may have held it and written meanwhile),
+                    # though the renewal thread had not yet said so
+                    fresh = key not in self.held or taken
+                    self.held[key] = now
                 self._start()
                 return fresh
             with self._mutex:
@@ -151,16 +162,17 @@ class Leases:
         """Release the leases of idle sessions whose writes are all in the store (the caller flushed,
         holding the home's write mutex, so nothing was written since). Returns the keys released."""
         given = []
-        for user, session in keys:
-            try:
-                self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
-            except PagerError as exc:
-                self._warn(f"could not give up the idle lease of session {session!r} ({exc}); trying again later")
-                continue
-            with self._mutex:
-                self.held.pop((user, session), None)
-                self.used.pop((user, session), None)
-            given.append((user, session))
+        with self._round:   # between renewal rounds: a round never takes back a lease given up
+            for user, session in keys:
+                try:
+                    self._swap(user, session, lambda e: (None if e and e["home"] == self.home else e, None))
+                except PagerError as exc:
+                    self._warn(f"could not give up the idle lease of session {session!r} ({exc}); trying again later")
+                    continue
+                with self._mutex:
+                    self.held.pop((user, session), None)
+                    self.used.pop((user, session), None)
+                given.append((user, session))
         return given
 
     def stop(self) -> None:
@@ -179,15 +191,24 @@ class Leases:
                 if self._stop.is_set():
                     continue
                 idle = self.idle()
-                if idle and self._on_idle is not None:
-                    try:
-                        self._on_idle(idle)
-                    except Exception as exc:  # noqa: BLE001 - kept, renewed, tried again next round
-                        self._warn(f"could not give up idle leases ({exc}); they stay held and renewed")
+                if idle and self._on_idle is not None and not (self._idling and self._idling.is_alive()):
+                    # the home flushes before it gives a lease up, which takes as long as the store does: on a
+                    # thread of its own, so this one goes on renewing. Were the lease to lapse under the flush,
+                    # another home could take it and number over the turns being flushed.
+                    self._idling = threading.Thread(target=self._give_up_idle, args=(idle,), name="pager-idle",
+                                                    daemon=True)
+                    self._idling.start()
                 with self._mutex:
                     due = any(self.clock() - renewed >= 0.9 * every for renewed in self.held.values())
                 if due:
                     self._renew_all()
+
+    def _give_up_idle(self, idle: list[tuple[str, str]]) -> None:
+        assert self._on_idle is not None
+        try:
+            self._on_idle(idle)
+        except Exception as exc:  # noqa: BLE001 - kept, renewed, tried again next round
+            self._warn(f"could not give up idle leases ({exc}); they stay held and renewed")
 
     def _renew_all(self) -> None:
         """Renew every lease held, one compare-and-swap per slot of the leases table."""
@@ -203,9 +224,11 @@ class Leases:
             now = self.clock()
 
             def change(entry, now=now):
-                if entry is None or entry["home"] == self.home or entry["expires"] < now:
+                if entry is not None and entry["home"] == self.home:
                     return {"holder": self.holder, "home": self.home, "expires": now + self.lease_s, "seen": now}, None
-                return entry, entry
+                # gone (it lapsed, and another home may have held it since): lost, not renewed, so the next
+                # write takes it as new and reads what the store holds first
+                return entry, entry or {"holder": "no one (it had lapsed)"}
 
             try:
                 results = store.swap_leases(group, change)
@@ -215,7 +238,7 @@ class Leases:
             for (user, session), other in results.items():
                 with self._mutex:
                     if other is None and (user, session) in self.held:
-                        self.held[(user, session)] = self.clock()
+                        self.held[(user, session)] = now   # when the renewed lease's time began (see ensure)
                     elif other is not None:
                         self.held.pop((user, session), None)
                 if other is not None:
