@@ -355,7 +355,7 @@ class LanceStore:
         data = pa.Table.from_pylist([{"key": k, "value": v} for k, v in values.items()], schema=self._schemas()["meta"])
         table = self._tables["meta"]
         self._retry(lambda: table.merge_insert("key").when_matched_update_all().when_not_matched_insert_all()
-                    .execute(data))
+                    .execute(data), table=table)
 
     def _open(self, name: str, wait_s: float = 10.0):
         """Open a table another process may be creating right now: its folder shows before its first
@@ -389,7 +389,7 @@ class LanceStore:
             data = pa.Table.from_pylist(rows, schema=self._schemas()["states"])
             table = self._tables["states"]
             self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
-                        .when_not_matched_insert_all().execute(data))
+                        .when_not_matched_insert_all().execute(data), table=table)
         if batch.turns:
             self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
         if batch.pages:
@@ -424,12 +424,17 @@ class LanceStore:
         unique = list({(r["user"], r["session"], r[key]): r for r in fresh}.values())
         if unique:
             data = pa.Table.from_pylist(unique, schema=self._schemas()[name])
-            self._retry(lambda: self._tables[name].add(data))
+            self._retry(lambda: self._tables[name].add(data), table=self._tables[name])
 
     @staticmethod
-    def _retry(write, attempts: int = 8) -> None:
-        """Commit conflicts between processes are retried with backoff; other failures name the fix."""
+    def _retry(write, attempts: int = 8, table=None) -> None:
+        """Commit conflicts between processes are retried with backoff; other failures name the fix.
+        A conflict no rebase settles (an update against a version another process overwrote: two
+        processes creating a new store on an object store, the second create commits as an overwrite)
+        is retried against the table's latest version."""
         for attempt in range(attempts):
+            if attempt and table is not None:
+                table.checkout_latest()
             try:
                 write()
                 return

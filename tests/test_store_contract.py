@@ -95,3 +95,19 @@ def test_facts_are_kept_once_in_order_per_session(store):
     store.put(Batch(facts=[("u", "s", facts[0])]))  # replayed after a crash
     assert store.facts("u", "s") == sorted(facts, key=lambda f: f.n)
     assert [f.n for f in store.facts("u", "s", after=1)] == [2] and store.facts("u", "x") == []
+
+
+def test_a_write_to_a_table_another_process_overwrote_goes_to_its_latest_version(tmp_path):
+    """Two processes creating one new store on an object store: the second create of a table can
+    commit as an overwrite, and an update from a handle opened before it conflicts however often it
+    is retried on that handle ("the store write failed after 8 tries", seen with 3 homes on S3). The
+    retry goes to the table's latest version."""
+    from pager.store import LanceStore
+
+    a = LanceStore(str(tmp_path / "db"), 64)
+    b = LanceStore(str(tmp_path / "db"), 64)
+    b.db.create_table("meta", schema=b._schemas()["meta"], mode="overwrite")   # as the second creator's commit
+    b._set_meta({"schema": "9", "dim": "64"})
+    a._set_meta({"probe": "after the overwrite"})
+    a._tables["meta"].checkout_latest()
+    assert a._meta()["probe"] == "after the overwrite" and a._meta()["dim"] == "64"
