@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -149,7 +150,18 @@ def _not_found(home, user: str, session: str):
     from pager.errors import SessionNotFound
 
     of_user = f" of user {user!r}" if user else ""
-    return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; `pager sessions` lists the sessions there")
+    try:
+        names = [r["session"] for r in home.session_rows() if r["user"] == user]
+    except Exception:  # noqa: BLE001 - the message names `pager sessions` all the same
+        names = []
+    if len(names) == 1:
+        hint = f"it holds {names[0]!r}: add --session {shlex.quote(names[0])}"
+    elif names:
+        shown = ", ".join(repr(n) for n in names[:5]) + (", …" if len(names) > 5 else "")
+        hint = f"it holds {len(names)} sessions ({shown}): name one with --session; `pager sessions` lists them"
+    else:
+        hint = "`pager sessions` lists the sessions there"
+    return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; {hint}")
 
 
 @command()

@@ -259,7 +259,7 @@ def test_a_session_that_does_not_exist_is_named_and_sessions_lists_them(maya, tm
         result = runner.invoke(app, ["--home", str(maya), *command], env=ENV)
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [result.output.strip()]
-        assert "no session 'mayaa'" in result.output and "pager sessions" in result.output
+        assert "no session 'mayaa'" in result.output and "it holds 'maya': add --session maya" in result.output
     listed = json.loads(runner.invoke(app, ["--home", str(maya), "sessions", "--json"], env=ENV).output)
     assert {(r["user"], r["session"], r["turns"], r["pages"]) for r in listed["sessions"]} >= {("", "maya", 390, 70)}   # 69 sealed and the open tail page
     table = runner.invoke(app, ["--home", str(maya), "sessions"], env=ENV)

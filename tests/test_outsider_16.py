@@ -203,3 +203,15 @@ def test_a_discourse_filler_is_not_a_bookmark_keyword(text):
     keywords = [k.lower() for k in extract(text)]
     assert not {"actually", "actually i've", "seriously"} & set(keywords), keywords
     assert any(word in keywords for word in ("allergic", "icecream", "express")), keywords
+
+
+def test_a_command_without_a_session_names_the_ones_the_home_holds(tmp_path):
+    """After `pager demo --keep DIR`, `pager --home DIR search …` looked for the session "default" and
+    said only that `pager sessions` lists what is there: it now names the session to add."""
+    home = tmp_path / "h"
+    _ingest(home, "demo", [{"speaker": "ann", "text": "I have a peanut allergy."}])
+    result = runner.invoke(app, ["--home", str(home), "search", "peanut allergy"], env=ENV)
+    assert result.exit_code != 0 and "it holds 'demo': add --session demo" in result.output, result.output
+    _ingest(home, "other one", [{"speaker": "ann", "text": "Another session."}])
+    result = runner.invoke(app, ["--home", str(home), "search", "peanut allergy"], env=ENV)
+    assert "it holds 2 sessions ('demo', 'other one'): name one with --session" in result.output, result.output
