@@ -190,6 +190,7 @@ def test_facts_are_durable_seen_by_another_process_recovered_and_reloaded(tmp_pa
     dead = Home(config, embedder=HashEmbedder())
     dead.open("moves").add_facts([Draft("medication dose", "Maya takes 20 mg.", (46,))], "script")
     dead.journal.close(remove=False)   # killed before any flush
+    dead.leases.stop()   # and its lease thread dies with it
     a.close()
     with Home(config, embedder=HashEmbedder()) as home:
         s = home.open("moves")

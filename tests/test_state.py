@@ -69,6 +69,7 @@ def test_a_dead_process_state_changes_are_recovered(config):
     s.set_state("medication dose", None)
     s.set_state("medication dose", "20 mg")
     dead.journal.close(remove=False)  # killed: nothing flushed, the segment stays
+    dead.leases.stop()   # and its lease thread dies with it
     with Home(config, embedder=HashEmbedder()) as home:
         assert home.recovered == 2
         assert home.open("st").state.values() == {"medication dose": "20 mg"}

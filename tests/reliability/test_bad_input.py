@@ -109,6 +109,7 @@ def test_a_really_full_disk(tmpfs, tmp_path):
             acked.append(turn.text)
     assert len(acked) > 100
     home.journal.close(remove=False)
+    home.leases.stop()   # and its lease thread dies with it
     subprocess.run(["mount", "-o", "remount,size=200m", str(tmpfs)], check=True)
     with Home(cfg, embedder=HashEmbedder()) as home:
         texts = [t.text for t in home.store.turns("", "a")]

@@ -30,6 +30,7 @@ def home(cfg, **kw):
 def dies(h: Home) -> None:
     """A process killed with SIGKILL: its segment stays, unlocked; nothing is flushed."""
     h.journal.close(remove=False)
+    h.leases.stop()   # and its lease thread dies with it
     h._closed = True
 
 
