@@ -615,6 +615,8 @@ def bench_locomo(
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
     memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
     excerpts: Optional[int] = typer.Option(None, "--excerpts", help="with --memory: frames of excerpts (whole turns no fact tells) beside the fact slabs; default 0"),
+    reranker: Optional[str] = typer.Option(None, "--reranker", help="with --memory: litellm rerank model reordering the best facts per question (or $PAGER_RERANKER); oracle: the question's evidence first, an upper bound"),
+    rerank_candidates: Optional[int] = typer.Option(None, "--rerank-candidates", help="with --reranker: the best-ranked facts it reorders; default 60"),
 ) -> None:
     """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
     import json
@@ -630,17 +632,25 @@ def bench_locomo(
         need("matplotlib", "--plot")
     writable(json_path, "--json")
     writable(plot, "--plot")
-    config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts)
+    config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts,
+                         reranker=reranker, rerank_candidates=rerank_candidates)
     if memory not in ("", "recorded"):
         from pager.errors import InputError
 
         raise InputError(f"--memory {memory!r} is not known; use --memory recorded (or leave it out)")
+    if config.reranker and not memory:
+        from pager.errors import InputError
+
+        raise InputError("--reranker reorders facts, and without --memory recorded there are none; add --memory recorded")
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines, memory=memory)
     console = Console()
     for table in locomo.table(report):
         console.print(table)
     for error in report.get("bookmark_model_errors", []):
         console.print(f"[red]bookmark model failed[/] ({error}); those pages kept their offline keywords")
+    if report.get("reranker_failures"):
+        console.print(f"[red]the reranker failed on {report['reranker_failures']:,} questions[/] (first: "
+                      f"{report['reranker_error']}); those kept pager's own order of facts")
     if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
         console.print(f"wrote {json_path}")
     if plot:

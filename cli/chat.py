@@ -86,7 +86,11 @@ class StepPrinter:
         elif kind == "memory_rejected":
             self.console.print(f"  [dim]memory model: {len(d['rejected'])} item(s) left out "
                                f"({escape(d['rejected'][0])})[/]", highlight=False)
-        elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error", "memory_error"):
+        elif kind == "facts_reranked":
+            self.console.print(f"  [blue]reranker:[/] {len(d['order'])} facts reordered, f{d['order'][0]} first",
+                               highlight=False)
+        elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error", "memory_error",
+                      "rerank_failed"):
             self.console.print(f"  [red]{kind}[/]: {escape(str(d.get('error') or d.get('text') or d))}", highlight=False)
 
     def _flush(self, head: str) -> None:

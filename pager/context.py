@@ -32,6 +32,7 @@ from pager.prompts import render
 
 from .errors import BudgetError
 from .page import page_id
+from .rerank import rerank_facts
 from .search import date_range
 from .session import Session
 from .tokens import least_tokens
@@ -197,7 +198,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     room = max(session.autopage_room(frames), 1)
     hits = session.search(message, k=room, tail=False, depth=session.autopage_room(frames - most), record=autopage)
     weights = piece_weights(session)
-    ranked = rank_facts(session, message, weights)
+    ranked = rerank_facts(session, message, rank_facts(session, message, weights))
     fixed = fixed_pages(session)
     above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
     most_excerpts = min(cfg.excerpt_slabs, most)

@@ -145,6 +145,7 @@ class Home:
         self._embedder = embedder
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
+        self._reranker: Any = None   # the facts' reranker (pager/rerank.py); built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
@@ -207,6 +208,20 @@ class Home:
                 model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
                 self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer
+
+    @property
+    def reranker(self):
+        """The reranker reordering the best facts for each message (`Config.reranker`), or None. Its
+        failures, a missing key among them, are `rerank_failed` events (pager/rerank.py)."""
+        if self._reranker is None and self.config.reranker:
+            from .rerank import make_reranker
+
+            self._reranker = make_reranker(self.config.reranker)
+        return self._reranker
+
+    @reranker.setter
+    def reranker(self, reranker) -> None:
+        self._reranker = reranker
 
     @property
     def store(self) -> Store:

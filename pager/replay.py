@@ -28,6 +28,7 @@ from .facts import Draft
 from .state import Change
 from .store import MemoryStore, fact_from
 from .summaries import Draft as SummaryDraft, summary_from
+from .rerank import Recorded
 from .trace import Event, read_trace
 from .writer import Written
 
@@ -181,6 +182,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   fact_dates=extra.get("fact_dates", False),   # nor did facts have the date signal before it was recorded
+                  rerank_candidates=extra.get("rerank_candidates", Config.rerank_candidates),   # the reranker's answers are fed back (replay)
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 
@@ -215,6 +217,8 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
     with tempfile.TemporaryDirectory(prefix="pager-replay-") as folder:
         config = config_from(start, Path(folder), policy)
         home = Home(config, store=MemoryStore(), clock=clock, durable=False)
+        if start.get("config", {}).get("reranker"):   # its recorded answers, by message: replay calls no reranker
+            home.reranker = Recorded(start["config"]["reranker"], recorded)
         session = home.open()
         live: list[dict] = []
         listening = [True]

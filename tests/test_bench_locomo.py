@@ -75,3 +75,39 @@ def test_recorded_memory_reports_coverage_for_every_system(tmp_path):
         assert summary["mean_tokens"] <= 1024 and all("coverage" in c for c in summary["by_category"].values())
     assert row["pager"]["fact_tokens"] > 0 and row["pager"]["coverage"] > row["pager"]["recall"]
     assert row["baselines"]["recent"]["coverage"] == row["baselines"]["recent"]["recall"]  # it shows no facts
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="needs ../shared/data/locomo (present in CI)")
+def test_the_oracle_reranker_bounds_what_reordering_the_facts_can_gain(tmp_path):
+    def coverage(**kw):
+        report = run(LOCOMO, [1024], Config(embedder="hash", **kw), limit_conversations=1, limit_questions=40,
+                     progress=False, baselines=False, memory="recorded")
+        return report, report["results"][0]["pager"]["coverage"]
+
+    plain_report, plain = coverage()
+    report, oracle = coverage(reranker="oracle", rerank_candidates=100)
+    assert "reranker" not in plain_report
+    assert report["reranker"] == "oracle" and report["rerank_candidates"] == 100 and report["reranker_failures"] == 0
+    assert oracle > plain, "evidence facts among the first 100 go first: more of them fit"
+
+
+def test_a_failing_reranker_is_counted_in_the_report(monkeypatch):
+    import pager.rerank as rerank
+    from pager.bench import locomo
+    from pager.formats import Conversation, Question
+
+    def down(self, query, documents):
+        raise ConnectionError("no rerank server on localhost:7997")
+
+    monkeypatch.setattr(rerank.LiteLLMReranker, "scores", down)
+    plants = ("tulips", "roses", "basil", "mint")
+    conv = Conversation("c1", [{"speaker": "Ann", "text": f"I planted {w} in the garden today.", "ref": f"D1:{i + 1}"}
+                               for i, w in enumerate(plants)],
+                        [Question("What did Ann plant?", 4, ["D1:2"]), Question("Did Ann plant basil in the garden?", 4, ["D1:3"])])
+    observations = [("Ann", f"Ann planted {w}.", [f"D1:{i + 1}"]) for i, w in enumerate(plants)]
+    tallies = {name: locomo.Tally() for name in locomo.SYSTEMS}
+    failed: list[str] = []
+    locomo.evaluate(conv, 1024, Config(embedder="hash", reranker="infinity/bge-reranker-base"), tallies, False,
+                    recorded=observations, rerank_errors=failed)
+    assert failed == ["ConnectionError: no rerank server on localhost:7997"] * 2, "one failure a question, each said"
+    assert len(tallies["pager"].outcomes) == 2 and all(o.coverage is not None for o in tallies["pager"].outcomes)

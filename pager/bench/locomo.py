@@ -208,9 +208,30 @@ class Baselines:
 
 
 # -- the run --------------------------------------------------------------------------------------------
+ORACLE = "oracle"   # --reranker oracle: the bench's own reranker, knowing each question's evidence
+
+
+class Oracle:
+    """An upper bound on any reranker: the facts telling one of the question's evidence turns first, the
+    rest after, each in pager's order. It reads the answer key, so it measures what reordering the
+    candidates could gain, never pager's recall; the report names it."""
+
+    name = ORACLE
+
+    def __init__(self, session) -> None:
+        self.session, self.evidence = session, set[int]()
+
+    def scores(self, query: str, documents) -> list[float]:
+        turns: dict[str, set[int]] = {}
+        for f in self.session.facts.items:   # by text: the reranker is told texts only
+            turns.setdefault(f.text, set()).update(f.turns)
+        return [1.0 if turns.get(text, set()) & self.evidence else 0.0 for text in documents]
+
+
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
              on_question: Callable[[], None] = lambda: None, written: dict | None = None,
-             errors: list[str] | None = None, recorded: list | None = None, episodes: list | None = None) -> None:
+             errors: list[str] | None = None, recorded: list | None = None, episodes: list | None = None,
+             rerank_errors: list[str] | None = None) -> None:
     """One conversation at one budget. With a bookmark model, its bookmarks are written once per
     conversation (pages do not depend on the budget) and kept in `written` for the other budgets;
     the model's failures go to `errors`."""
@@ -218,6 +239,17 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
     with tempfile.TemporaryDirectory(prefix="pager-bench-") as folder:
         home = memory_home(config.with_(home=Path(folder), budget=budget, session=conv.sample_id))
         session = home.open()
+        oracle = Oracle(session) if config.reranker == ORACLE else None
+        if oracle is not None:
+            home.reranker = oracle
+        if rerank_errors is not None:   # a failing reranker leaves pager's order: the report says how often
+            failed = rerank_errors
+
+            def note(e) -> None:
+                if e.kind == "rerank_failed":
+                    failed.append(e.data["error"])
+
+            session.events.listeners.append(note)
         turns = session.append_many(conv.messages)
         if config.bookmark_model:
             if conv.sample_id in written:
@@ -239,6 +271,8 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
                 on_question()
                 continue
             session.load_paging_state(checkpoint)
+            if oracle is not None:
+                oracle.evidence = set(evidence)
             started, cpu = time.perf_counter(), time.process_time()
             ctx = build(session, q.question, budget=budget, chat=False)
             ms, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
@@ -288,6 +322,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
     results = []
     written: dict = {}   # the bookmark model's answers per conversation, reused across budgets
     errors: list[str] = []
+    rerank_errors: list[str] = []
     bar = _progress(progress)
     with bar:
         task = bar.add_task("questions", total=total)
@@ -297,7 +332,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
                 evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors,
                          observations.get(conv.sample_id, []) if memory == "recorded" else None,
-                         episodes.get(conv.sample_id, []))
+                         episodes.get(conv.sample_id, []), rerank_errors)
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
     return {
@@ -309,6 +344,9 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "fill": config.fill,
         **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share,
             "excerpt_slabs": config.excerpt_slabs} if memory else {}),
+        **({"reranker": config.reranker, "rerank_candidates": config.rerank_candidates,
+            "reranker_failures": len(rerank_errors), "reranker_error": rerank_errors[0] if rerank_errors else ""}
+           if config.reranker else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
            if config.bookmark_model else {}),
         "conversations": [c.sample_id for c in conversations],

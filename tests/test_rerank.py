@@ -1,0 +1,156 @@
+"""A reranker reorders the best facts for a message: a fact it prefers reaches a small budget that
+pager's own ranking leaves it out of; its failures are events and the context is then pager's own;
+its answers are in the trace, so replay reproduces a session with one without calling it."""
+
+import json
+import types
+
+import pytest
+
+from pager import llm
+from pager.bench.record import record
+from pager.config import Config
+from pager.context import build
+from pager.embed import HashEmbedder
+from pager.errors import ConfigError
+from pager.facts import Draft
+from pager.home import Home
+from pager.rerank import LiteLLMReranker
+from pager.replay import replay
+from pager.store import MemoryStore
+
+QUESTION = "What outdoor activities does John enjoy?"
+# facts sharing the question's words, and the one that answers it sharing none of them
+DISTRACTORS = [f"John enjoys the activities of club {i}, indoor ones mostly, and does them every week." for i in range(40)]
+ANSWER = "John started surfing five years ago and rides the waves off the north coast whenever the swell is up."
+# the turn the answer came from amid the others: on neither the first page nor the open one, always in view
+TALK = [{"speaker": "John", "text": f"Club {i} news: {text}"} for i, text in enumerate(DISTRACTORS)]
+TALK.insert(20, {"speaker": "John", "text": "I took up a board sport at the beach a while ago."})
+FACTS = ([Draft(f"club {i}", text, (i + 1 + (i >= 20),)) for i, text in enumerate(DISTRACTORS)]
+         + [Draft("sport", ANSWER, (21,))])
+
+
+class Scripted:
+    """A reranker that knows surfing is an outdoor activity: it scores the texts naming it first."""
+
+    name = "script/rerank"
+
+    def __init__(self, fail: Exception | None = None, count: int = 0):
+        self.calls, self.fail, self.count = 0, fail, count
+
+    def scores(self, query, documents):
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        out = [1.0 if "surfing" in d else 0.0 for d in documents]
+        return out[:self.count] if self.count else out
+
+
+def surfer(tmp_path, using=None, **kw):
+    config = Config(home=tmp_path / "h", budget=1024, embedder="hash", fill=False, **kw)
+    home = Home(config, store=MemoryStore(), embedder=HashEmbedder(), durable=False)
+    if using is not None:
+        home.reranker = using
+    s = home.open("john")
+    s.append_many(TALK)
+    s.add_facts(FACTS, "script")
+    return home, s
+
+
+def shown(s, ctx) -> list[str]:
+    return [s.facts.items[n - 1].text for n in ctx.facts]
+
+
+def test_a_fact_the_reranker_prefers_reaches_a_budget_the_ranking_leaves_it_out_of(tmp_path):
+    home, s = surfer(tmp_path / "plain")
+    ctx = build(s, QUESTION, chat=False)
+    assert ANSWER not in shown(s, ctx) and "board sport" not in ctx.memory, "the ranking by words must miss it here"
+    home.journal.close(remove=True)
+
+    reranker = Scripted()
+    home, s = surfer(tmp_path / "reranked", reranker, reranker="script/rerank", rerank_candidates=60)
+    events = []
+    s.events.listeners.append(events.append)
+    ctx = build(s, QUESTION, chat=False)
+    assert ANSWER in shown(s, ctx) and "board sport" not in ctx.memory, "told by its fact, not by its page"
+    assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+    (asked,) = [e for e in events if e.kind == "facts_reranked"]
+    assert asked.data["model"] == "script/rerank" and asked.data["message"] == QUESTION
+    assert s.facts.items[asked.data["order"][0] - 1].text == ANSWER
+    assert sorted(asked.data["order"]) == sorted(asked.data["facts"]) and len(asked.data["facts"]) == 41
+    build(s, QUESTION, chat=False)   # an agent's next step assembles the same message again
+    assert reranker.calls == 1, "the answer for a message and its candidates is asked once"
+    home.journal.close(remove=True)
+
+
+def test_only_the_candidates_are_reordered(tmp_path):
+    reranker = Scripted()
+    home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_candidates=5)
+    events = []
+    s.events.listeners.append(events.append)
+    build(s, QUESTION, chat=False)
+    (asked,) = [e for e in events if e.kind == "facts_reranked"]
+    assert len(asked.data["facts"]) == 5
+    assert all(s.facts.items[n - 1].text != ANSWER for n in asked.data["facts"]), \
+        "the answer ranks below the first five: the reranker is not shown it"
+    home.journal.close(remove=True)
+
+
+@pytest.mark.parametrize("reranker", [Scripted(fail=ConnectionError("the rerank server is down")), Scripted(count=3)],
+                         ids=["raises", "too-few-scores"])
+def test_a_failing_reranker_is_an_event_and_the_context_is_pagers_own(tmp_path, reranker):
+    home, s = surfer(tmp_path / "plain")
+    plain = build(s, QUESTION, chat=False)
+    home.journal.close(remove=True)
+    home, s = surfer(tmp_path / "failing", reranker, reranker="script/rerank")
+    events = []
+    s.events.listeners.append(events.append)
+    ctx = build(s, QUESTION, chat=False)
+    assert ctx.memory == plain.memory and ctx.facts == plain.facts
+    (failed,) = [e for e in events if e.kind == "rerank_failed"]
+    assert failed.data["model"] == "script/rerank" and failed.data["error"]
+    assert not [e for e in events if e.kind == "facts_reranked"]
+    home.journal.close(remove=True)
+
+
+def test_a_session_with_a_reranker_replays_exactly_without_calling_it(tmp_path):
+    path = tmp_path / "reranked.jsonl"
+    reranker = Scripted()
+
+    def setup(session, agent):
+        session.home.reranker = reranker
+        session.add_facts(FACTS, "script")
+
+    record(path, TALK, [QUESTION, "Which clubs does John go to?"],
+           Config(budget=1024, session="john", embedder="hash", reranker="script/rerank"), "a reranker", setup=setup)
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["kind"] for e in events].count("facts_reranked") == 2 and reranker.calls == 2
+    (start,) = [e for e in events if e["kind"] == "session_start"]
+    assert start["config"]["reranker"] == "script/rerank"
+    run = replay(path, check=True)
+    assert run.divergence is None, run.divergence and run.divergence.describe()
+    assert reranker.calls == 2, "replay calls no reranker: the trace's answers are fed back"
+    assert [e["kind"] for e in run.events].count("facts_reranked") == 2
+
+
+def test_the_litellm_reranker_orders_by_the_answers_indices(monkeypatch):
+    asked = {}
+
+    def rerank(**kw):
+        asked.update(kw)
+        return types.SimpleNamespace(results=[{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.4}])
+
+    monkeypatch.setattr(llm, "litellm", lambda: types.SimpleNamespace(rerank=rerank))
+    scores = LiteLLMReranker("cohere/rerank-english-v3.0").scores("q", ["a", "b", "c"])
+    assert scores == [0.4, float("-inf"), 0.9], "a document the answer leaves out ranks last"
+    assert asked["model"] == "cohere/rerank-english-v3.0" and asked["documents"] == ["a", "b", "c"]
+    assert asked["top_n"] == 3
+    monkeypatch.setattr(llm, "litellm", lambda: types.SimpleNamespace(
+        rerank=lambda **kw: types.SimpleNamespace(results=[{"index": 7, "relevance_score": 1.0}])))
+    with pytest.raises(ValueError, match="index 7 for 3 documents"):
+        LiteLLMReranker("cohere/rerank-english-v3.0").scores("q", ["a", "b", "c"])
+
+
+def test_too_few_candidates_is_a_config_error():
+    with pytest.raises(ConfigError, match="rerank_candidates 1"):
+        Config(rerank_candidates=1)
