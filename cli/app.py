@@ -615,8 +615,9 @@ def bench_locomo(
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
     memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
     excerpts: Optional[int] = typer.Option(None, "--excerpts", help="with --memory: frames of excerpts (whole turns no fact tells) beside the fact slabs; default 0"),
-    reranker: Optional[str] = typer.Option(None, "--reranker", help="with --memory: litellm rerank model reordering the best facts per question (or $PAGER_RERANKER); oracle: the question's evidence first, an upper bound"),
-    rerank_candidates: Optional[int] = typer.Option(None, "--rerank-candidates", help="with --reranker: the best-ranked facts it reorders; default 60"),
+    reranker: Optional[str] = typer.Option(None, "--reranker", help="litellm rerank model reordering the search's best pieces and facts per question (or $PAGER_RERANKER); oracle: the question's evidence first, an upper bound"),
+    rerank_pieces: Optional[int] = typer.Option(None, "--rerank-pieces", help="with --reranker: the search's best pieces it reorders; default 100, 0: none"),
+    rerank_facts: Optional[int] = typer.Option(None, "--rerank-facts", help="with --reranker: the best-ranked facts it reorders; default 60, 0: none"),
 ) -> None:
     """Evidence recall of automatic paging under each budget, against recent/bm25/vector baselines."""
     import json
@@ -633,15 +634,11 @@ def bench_locomo(
     writable(json_path, "--json")
     writable(plot, "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts,
-                         reranker=reranker, rerank_candidates=rerank_candidates)
+                         reranker=reranker, rerank_pieces=rerank_pieces, rerank_facts=rerank_facts)
     if memory not in ("", "recorded"):
         from pager.errors import InputError
 
         raise InputError(f"--memory {memory!r} is not known; use --memory recorded (or leave it out)")
-    if config.reranker and not memory:
-        from pager.errors import InputError
-
-        raise InputError("--reranker reorders facts, and without --memory recorded there are none; add --memory recorded")
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines, memory=memory)
     console = Console()
     for table in locomo.table(report):

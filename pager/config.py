@@ -84,8 +84,9 @@ class Config:
     excerpt_slabs: int = 0       # frames of excerpts (a turn no fact tells, of a page found but not held) with facts; 0: off
     fill: bool = True            # the tokens the frames leave over show more facts, then whole turns of pages on disk
     fact_dates: bool = True      # a fact dated inside a date the message names ranks as a page there does (search's date signal)
-    reranker: str = ""           # litellm rerank model reordering the best facts for each message (pager/rerank.py); empty: none
-    rerank_candidates: int = 60  # the best-ranked facts the reranker reorders
+    reranker: str = ""           # litellm rerank model reordering the search's best pieces and facts (pager/rerank.py); empty: none
+    rerank_pieces: int = 100     # the page search's best pieces the reranker reorders; 0: none
+    rerank_facts: int = 60       # the best-ranked facts the reranker reorders; 0: none
     live_summaries: bool = True  # chat, the agent loop and serve summarize each episode as it closes (and the rolling one)
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
@@ -129,8 +130,10 @@ class Config:
             raise ConfigError(f"budget {self.budget} is larger than any model's context window; use at most "
                               f"{MOST_BUDGET} (--budget where the command has it, or PAGER_BUDGET): a chat lowers "
                               "a budget to fit its model by itself")
-        if self.rerank_candidates < 2:
-            raise ConfigError(f"rerank_candidates {self.rerank_candidates} leaves the reranker nothing to order; use 2 or more")
+        for name in ("rerank_pieces", "rerank_facts"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} {getattr(self, name)} is negative; give how many candidates to reorder, "
+                                  "or 0 for none")
         if not 0 < self.autopage_share <= 1:
             raise ConfigError("autopage_share must be in (0, 1]")
         if not 0 <= self.fact_share < 1:

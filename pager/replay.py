@@ -182,7 +182,9 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   fact_dates=extra.get("fact_dates", False),   # nor did facts have the date signal before it was recorded
-                  rerank_candidates=extra.get("rerank_candidates", Config.rerank_candidates),   # the reranker's answers are fed back (replay)
+                  # the reranker's answers are fed back (replay); how many candidates it had decides what is asked
+                  rerank_pieces=extra.get("rerank_pieces", Config.rerank_pieces),
+                  rerank_facts=extra.get("rerank_facts", Config.rerank_facts),
                   **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
 
 

@@ -1,27 +1,36 @@
-"""A reranker's second opinion on which facts a message is about (`Config.reranker`, off by default).
+"""A reranker's second opinion on what a message is about (`Config.reranker`, off by default).
 
-pager ranks facts by their own match and by the page search's weight of the turn they came from
-(`context.rank_facts`); on LoCoMo the evidence facts it misses at small budgets rank 20th–99th
-because neither their words nor their turns' words are near the question's ("What outdoor
-activities does John enjoy?" → "John started surfing five years ago"). A cross-encoder reading
-the question and the fact together is what finds those. An oracle reordering the first
-`rerank_candidates` facts (evidence first) bounds what one can gain (BENCHMARKS.md, "Coverage,
-seventh round"); no reranker's weights can be had offline here, so pager calls one the user runs:
-any litellm rerank model (Cohere, Voyage, Jina, Together, or a local server: `infinity/…`,
-`hosted_vllm/…` with an api_base).
+pager ranks the pieces of its pages (a turn each) by words, meaning, speakers and dates
+(`search.Index`), and facts by their own match and their turn's piece (`context.rank_facts`). On
+LoCoMo the evidence it misses at small budgets ranks 20th–99th because neither its words nor its
+meaning are near the question's ("What outdoor activities does John enjoy?" → "John started
+surfing five years ago"). A cross-encoder, reading the question and the text together, is what
+finds those. An oracle putting the evidence first bounds what reordering can gain (BENCHMARKS.md,
+"Coverage, seventh round"); no reranker can be had offline here, so pager calls one the user
+runs: any litellm rerank model (Cohere, Voyage, Jina, Together, or a local server: `infinity/…`,
+`hosted_vllm/…`, their address in litellm's `INFINITY_API_BASE`, `HOSTED_VLLM_API_BASE`).
 
-Only the order of the first candidates changes; the set of candidates, the split of frames and
-the packing are as without it. Each answer is a `facts_reranked` event naming the facts asked
+Two places, each with its own number of candidates (0 turns one off):
+- **pieces** (`rerank_pieces`): the page search's best pieces, reordered before pages are chosen
+  from them. The reranker's order takes over the scores those pieces had, best first, so every
+  later step (pages, facts ranked by their turn's piece, excerpts) reads it, and the scores keep
+  their scale (thresholds such as `autopage_min_score` mean what they did).
+- **facts** (`rerank_facts`): the best-ranked facts, reordered before the slabs are packed.
+
+Only orders change: the candidates, the split of frames and the packing are as without it, and the
+budget holds. Each answer is a `pieces_reranked` or `facts_reranked` event naming what was asked
 about and the order given, so `pager replay --check` reproduces a session without calling the
 reranker (`Recorded`). A reranker that fails, or answers with something that is no order of the
-candidates, is a `rerank_failed` event and the facts keep pager's own order: never a failed turn.
+candidates, is a `rerank_failed` event and pager's own order stands: never a failed turn.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-RECENT = 32   # answers kept per session: an agent's later steps re-assemble the same message's context
+import numpy as np
+
+RECENT = 32   # answers kept per session: an agent's later steps and its search tool ask the same message again
 
 
 class Reranker(Protocol):
@@ -52,69 +61,118 @@ class LiteLLMReranker:
         return out
 
 
-class Recorded:
-    """The answers a trace recorded, by (message, the facts asked about): replay calls no reranker."""
-
-    def __init__(self, name: str, events: list[dict]) -> None:
-        self.name = name
-        self.answers: dict[tuple, tuple[str, list[int] | str]] = {}
-        for e in events:
-            key = (e.get("message", ""), tuple(e.get("facts", ())))
-            if e["kind"] == "facts_reranked":
-                self.answers[key] = ("order", list(e["order"]))
-            elif e["kind"] == "rerank_failed":
-                self.answers[key] = ("error", e.get("error", ""))
-
-    def order(self, message: str, numbers: tuple[int, ...]) -> list[int]:
-        kind, answer = self.answers.get((message, numbers), ("error", "the trace recorded no reranker answer"))
-        if kind == "error":
-            raise RerankError(str(answer))
-        return list(answer)  # type: ignore[arg-type]
-
-
 class RerankError(Exception):
     """A reranker's failure, as the trace recorded it."""
 
 
-def rerank_facts(session, message: str, ranked: list[tuple]) -> list[tuple]:
-    """`ranked` (best first) with its first `rerank_candidates` in the reranker's order; unchanged when
-    no reranker is set, or when it fails (a `rerank_failed` event)."""
+# what each stage is called in its events, and the field naming its candidates
+STAGES = {"pieces": ("pieces_reranked", "pieces"), "facts": ("facts_reranked", "facts")}
+
+
+def _key(value):
+    """A candidate as a dict key: a fact's number, or a piece's [page, position] from JSON as a tuple."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+class Recorded:
+    """The answers a trace recorded, by (stage, message, candidates): replay calls no reranker."""
+
+    def __init__(self, name: str, events: list[dict]) -> None:
+        self.name = name
+        self.answers: dict[tuple, tuple[str, object]] = {}
+        kinds = {kind: stage for stage, (kind, _) in STAGES.items()}
+        for e in events:
+            stage = kinds.get(e["kind"]) or (e.get("stage") if e["kind"] == "rerank_failed" else None)
+            if stage not in STAGES:
+                continue
+            key = (stage, e.get("message", ""), tuple(_key(c) for c in e.get(STAGES[stage][1], ())))
+            if e["kind"] == "rerank_failed":
+                self.answers[key] = ("error", e.get("error", ""))
+            else:
+                self.answers[key] = ("order", [_key(c) for c in e["order"]])
+
+    def order(self, stage: str, message: str, keys: tuple) -> list:
+        kind, answer = self.answers.get((stage, message, keys), ("error", "the trace recorded no reranker answer"))
+        if kind == "error":
+            raise RerankError(str(answer))
+        return list(answer)  # type: ignore[call-overload]
+
+
+def reordered(session, stage: str, message: str, keys: tuple, texts: Sequence[str]) -> list | None:
+    """The candidates' keys in the reranker's order, or None: no reranker, fewer than two candidates, or
+    it failed (a `rerank_failed` event). An answer is asked once per stage, message and candidates."""
     reranker = session.home.reranker
-    head = ranked[:session.home.config.rerank_candidates]
-    if reranker is None or len(head) < 2:
-        return ranked
-    numbers = tuple(f.n for f, _, _ in head)
+    if reranker is None or len(keys) < 2:
+        return None
     recent = session.__dict__.setdefault("_reranked", {})
-    order = recent.get((message, numbers))
+    order = recent.get((stage, message, keys))
+    if order is not None:
+        return order
+    kind, field = STAGES[stage]
+    said = [list(k) if isinstance(k, tuple) else k for k in keys]
+    try:
+        order = _ask(reranker, stage, message, keys, texts)
+    except Exception as exc:  # noqa: BLE001 - any failure of the reranker is an event, never a failed turn
+        session.emit("rerank_failed", model=reranker.name, stage=stage, message=message, **{field: said},
+                     error=_error(exc))
+        return None
+    session.emit(kind, model=reranker.name, message=message, **{field: said},
+                 order=[list(k) if isinstance(k, tuple) else k for k in order])
+    if len(recent) >= RECENT:
+        recent.pop(next(iter(recent)))
+    recent[(stage, message, keys)] = order
+    return order
+
+
+def _ask(reranker, stage: str, message: str, keys: tuple, texts: Sequence[str]) -> list:
+    """Best score first; ties, and candidates the reranker gave no score, in pager's order. A recorded
+    reranker gives the order itself."""
+    if isinstance(reranker, Recorded):
+        order = reranker.order(stage, message, keys)
+        if sorted(order) != sorted(keys):
+            raise RerankError("the recorded order is not an order of these candidates")
+        return order
+    scores = reranker.scores(message, list(texts))
+    if len(scores) != len(keys):
+        raise ValueError(f"the reranker gave {len(scores)} scores for {len(keys)} {stage}")
+    values = [float(s) if s == s else float("-inf") for s in scores]   # a NaN would unsettle the sort
+    return [keys[i] for i in sorted(range(len(keys)), key=lambda i: (-values[i], i))]
+
+
+def rerank_pieces(session, message: str, fused: np.ndarray) -> np.ndarray:
+    """The page search's scores with its best `rerank_pieces` pieces reordered: the reranker's first
+    takes the best score among them, its second the next, and so on. A piece is named by its page and
+    its place there (stable across processes and replays, where piece numbers are this index's)."""
+    m = min(session.home.config.rerank_pieces, len(fused))
+    if m < 2 or session.home.reranker is None:
+        return fused
+    top = np.argpartition(-fused, m - 1)[:m]
+    top = top[np.lexsort((top, -fused[top]))]          # best first, ties by piece number
+    top = top[fused[top] > 0]
+    index = session.index
+    places = []
+    for p in top.tolist():
+        n = index.piece_page[p]
+        places.append((n, index.page_pieces[n].index(p)))
+    keys = tuple(places)
+    order = reordered(session, "pieces", message, keys,
+                      [" ".join(session.pages[n].piece_text(i).split()) for n, i in keys])
     if order is None:
-        try:
-            order = ask(reranker, message, head, numbers)
-        except Exception as exc:  # noqa: BLE001 - any failure of the reranker is an event, never a failed turn
-            session.emit("rerank_failed", model=reranker.name, message=message, facts=list(numbers),
-                         error=_error(exc))
-            return ranked
-        session.emit("facts_reranked", model=reranker.name, message=message, facts=list(numbers), order=order)
-        if len(recent) >= RECENT:
-            recent.pop(next(iter(recent)))
-        recent[(message, numbers)] = order
+        return fused
+    at = dict(zip(keys, top.tolist()))
+    out = fused.copy()
+    out[[at[k] for k in order]] = fused[top]
+    return out
+
+
+def rerank_facts(session, message: str, ranked: list[tuple]) -> list[tuple]:
+    """`ranked` (best first) with its first `rerank_facts` in the reranker's order."""
+    head = ranked[:session.home.config.rerank_facts]
+    order = reordered(session, "facts", message, tuple(f.n for f, _, _ in head), [f.text for f, _, _ in head])
+    if order is None:
+        return ranked
     by_number = {item[0].n: item for item in head}
     return [by_number[n] for n in order] + ranked[len(head):]
-
-
-def ask(reranker, message: str, head: list[tuple], numbers: tuple[int, ...]) -> list[int]:
-    """The candidates' numbers in the reranker's order: best score first, ties (and facts it gave no
-    score) in pager's order. A recorded reranker gives the order itself."""
-    if isinstance(reranker, Recorded):
-        order = reranker.order(message, numbers)
-        if sorted(order) != sorted(numbers):
-            raise RerankError("the recorded order is not an order of these facts")
-        return order
-    scores = reranker.scores(message, [f.text for f, _, _ in head])
-    if len(scores) != len(head):
-        raise ValueError(f"the reranker gave {len(scores)} scores for {len(head)} facts")
-    values = [float(s) if s == s else float("-inf") for s in scores]   # a NaN would unsettle the sort
-    places = sorted(range(len(head)), key=lambda i: (-values[i], i))
-    return [numbers[i] for i in places]
 
 
 def _error(exc: Exception) -> str:

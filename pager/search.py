@@ -543,9 +543,11 @@ class Index:
 
     def search(self, query: str, embedder, directory: Directory, k: int = 8, exclude=frozenset(),
                now: float | None = None, boosts: dict[int, float] | None = None,
-               weights: dict[str, float] | None = None, depth: int | None = None) -> list[Hit]:
+               weights: dict[str, float] | None = None, depth: int | None = None,
+               rerank: Callable[[np.ndarray], np.ndarray] | None = None) -> list[Hit]:
         """The k best pages not in exclude, each as its best piece plus a share of its neighbours;
-        weights override WEIGHTS for this search; depth: the pages the caller will use, if fewer than k."""
+        weights override WEIGHTS for this search; depth: the pages the caller will use, if fewer than k;
+        rerank: the pieces' scores reordered by a reranker (pager/rerank.py), before pages are chosen."""
         self.scored = None
         if not self.piece_page or not query.strip():
             return []
@@ -575,6 +577,8 @@ class Index:
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
                 fused = self._demote(self._fuse(signals, weights, parts), query_terms)
+        if rerank is not None:
+            fused = rerank(fused)
         self.scored = fused   # every piece's score for this query: facts rank by the pieces they came from
         # (page lifted, page it is put above), in the order applied: the oldest update first, so a second
         # update rises above the first; asked what it was before, the earlier statement above its update

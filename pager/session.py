@@ -20,6 +20,7 @@ from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
 from .policy import make_policy
 from .render import Renderer
+from .rerank import rerank_pieces
 from .search import QUESTION, QUOTE, Hit, Index, echoes, is_weak, label_time, piece_kind, terms
 from .facts import Draft, Fact, Facts, fact_record
 from .state import Change, State, check as check_state
@@ -958,8 +959,9 @@ class Session:
         self.sync()
         cfg = self.home.config
         weights = ({"recency": cfg.recency_weight} if cfg.recency_weight else {}) | ({} if cfg.supersede else {"update": 0.0})
+        rerank = (lambda fused: rerank_pieces(self, query, fused)) if self.home.reranker is not None else None
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
-                                 self.clock(), boosts, weights or None, depth)
+                                 self.clock(), boosts, weights or None, depth, rerank)
         if tail and (hit := self._tail_hit(query)):
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)

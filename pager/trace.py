@@ -188,7 +188,8 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share,
                          "supersede": cfg.supersede, "weak_similarity": cfg.weak_similarity,
                          "fill": cfg.fill, "fact_dates": cfg.fact_dates,
-                         **({"reranker": cfg.reranker, "rerank_candidates": cfg.rerank_candidates} if cfg.reranker else {})})
+                         **({"reranker": cfg.reranker, "rerank_pieces": cfg.rerank_pieces,
+                             "rerank_facts": cfg.rerank_facts} if cfg.reranker else {})})
     if session.turn_count:
         session.home.flush()
         turns = session.home.store.turns(session.user, session.name)

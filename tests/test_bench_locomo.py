@@ -85,10 +85,12 @@ def test_the_oracle_reranker_bounds_what_reordering_the_facts_can_gain(tmp_path)
         return report, report["results"][0]["pager"]["coverage"]
 
     plain_report, plain = coverage()
-    report, oracle = coverage(reranker="oracle", rerank_candidates=100)
     assert "reranker" not in plain_report
-    assert report["reranker"] == "oracle" and report["rerank_candidates"] == 100 and report["reranker_failures"] == 0
-    assert oracle > plain, "evidence facts among the first 100 go first: more of them fit"
+    for pieces, facts in ((0, 100), (100, 0)):
+        report, oracle = coverage(reranker="oracle", rerank_pieces=pieces, rerank_facts=facts)
+        assert report["reranker"] == "oracle" and report["reranker_failures"] == 0
+        assert (report["rerank_pieces"], report["rerank_facts"]) == (pieces, facts)
+        assert oracle > plain, f"the evidence among the first {pieces or facts} {'pieces' if pieces else 'facts'} goes first"
 
 
 def test_a_failing_reranker_is_counted_in_the_report(monkeypatch):
@@ -101,13 +103,16 @@ def test_a_failing_reranker_is_counted_in_the_report(monkeypatch):
 
     monkeypatch.setattr(rerank.LiteLLMReranker, "scores", down)
     plants = ("tulips", "roses", "basil", "mint")
-    conv = Conversation("c1", [{"speaker": "Ann", "text": f"I planted {w} in the garden today.", "ref": f"D1:{i + 1}"}
-                               for i, w in enumerate(plants)],
+    talk = [{"speaker": "Ann", "text": f"I planted {w} in the garden today.", "ref": f"D1:{i + 1}"}
+            for i, w in enumerate(plants)]
+    talk += [{"speaker": "Bo", "text": f"The bus was late again, the {i}th time this year.", "ref": f"D1:{i + 5}"}
+             for i in range(40)]   # the garden's turns on sealed pages: the search has pieces to reorder
+    conv = Conversation("c1", talk,
                         [Question("What did Ann plant?", 4, ["D1:2"]), Question("Did Ann plant basil in the garden?", 4, ["D1:3"])])
     observations = [("Ann", f"Ann planted {w}.", [f"D1:{i + 1}"]) for i, w in enumerate(plants)]
     tallies = {name: locomo.Tally() for name in locomo.SYSTEMS}
     failed: list[str] = []
     locomo.evaluate(conv, 1024, Config(embedder="hash", reranker="infinity/bge-reranker-base"), tallies, False,
                     recorded=observations, rerank_errors=failed)
-    assert failed == ["ConnectionError: no rerank server on localhost:7997"] * 2, "one failure a question, each said"
+    assert failed == ["ConnectionError: no rerank server on localhost:7997"] * 4, "each stage of each question, said"
     assert len(tallies["pager"].outcomes) == 2 and all(o.coverage is not None for o in tallies["pager"].outcomes)

@@ -1,6 +1,7 @@
-"""A reranker reorders the best facts for a message: a fact it prefers reaches a small budget that
-pager's own ranking leaves it out of; its failures are events and the context is then pager's own;
-its answers are in the trace, so replay reproduces a session with one without calling it."""
+"""A reranker reorders the page search's best pieces and the best facts for a message: what it
+prefers reaches a small budget that pager's own ranking leaves it out of; its failures are events and
+the context is then pager's own; its answers are in the trace, so replay reproduces a session with
+one without calling it."""
 
 import json
 import types
@@ -42,7 +43,7 @@ class Scripted:
         self.calls += 1
         if self.fail is not None:
             raise self.fail
-        out = [1.0 if "surfing" in d else 0.0 for d in documents]
+        out = [1.0 if "surfing" in d or "board sport" in d else 0.0 for d in documents]
         return out[:self.count] if self.count else out
 
 
@@ -68,7 +69,7 @@ def test_a_fact_the_reranker_prefers_reaches_a_budget_the_ranking_leaves_it_out_
     home.journal.close(remove=True)
 
     reranker = Scripted()
-    home, s = surfer(tmp_path / "reranked", reranker, reranker="script/rerank", rerank_candidates=60)
+    home, s = surfer(tmp_path / "reranked", reranker, reranker="script/rerank", rerank_pieces=0, rerank_facts=60)
     events = []
     s.events.listeners.append(events.append)
     ctx = build(s, QUESTION, chat=False)
@@ -83,9 +84,26 @@ def test_a_fact_the_reranker_prefers_reaches_a_budget_the_ranking_leaves_it_out_
     home.journal.close(remove=True)
 
 
+def test_a_turn_the_reranker_prefers_among_the_searchs_pieces_reaches_the_context(tmp_path):
+    reranker = Scripted()
+    home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_pieces=100, rerank_facts=0)
+    events = []
+    s.events.listeners.append(events.append)
+    ctx = build(s, QUESTION, chat=False)
+    (asked,) = [e for e in events if e.kind == "pieces_reranked"]
+    page, place = asked.data["order"][0]
+    assert s.pages[page].spans[place][0] == 21, "the beach turn's piece goes first"
+    assert sorted(map(tuple, asked.data["order"])) == sorted(map(tuple, asked.data["pieces"]))
+    # its piece now has the search's best score: its page is paged in, or its fact ranks first
+    assert "board sport" in ctx.memory or ANSWER in shown(s, ctx)
+    assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
+    assert not [e for e in events if e.kind == "facts_reranked"], "rerank_facts 0: the facts keep pager's order"
+    home.journal.close(remove=True)
+
+
 def test_only_the_candidates_are_reordered(tmp_path):
     reranker = Scripted()
-    home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_candidates=5)
+    home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_pieces=0, rerank_facts=5)
     events = []
     s.events.listeners.append(events.append)
     build(s, QUESTION, chat=False)
@@ -107,9 +125,10 @@ def test_a_failing_reranker_is_an_event_and_the_context_is_pagers_own(tmp_path, 
     s.events.listeners.append(events.append)
     ctx = build(s, QUESTION, chat=False)
     assert ctx.memory == plain.memory and ctx.facts == plain.facts
-    (failed,) = [e for e in events if e.kind == "rerank_failed"]
-    assert failed.data["model"] == "script/rerank" and failed.data["error"]
-    assert not [e for e in events if e.kind == "facts_reranked"]
+    failed = [e for e in events if e.kind == "rerank_failed"]
+    assert sorted(e.data["stage"] for e in failed) == ["facts", "pieces"]
+    assert all(e.data["model"] == "script/rerank" and e.data["error"] for e in failed)
+    assert not [e for e in events if e.kind in ("facts_reranked", "pieces_reranked")]
     home.journal.close(remove=True)
 
 
@@ -124,13 +143,15 @@ def test_a_session_with_a_reranker_replays_exactly_without_calling_it(tmp_path):
     record(path, TALK, [QUESTION, "Which clubs does John go to?"],
            Config(budget=1024, session="john", embedder="hash", reranker="script/rerank"), "a reranker", setup=setup)
     events = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [e["kind"] for e in events].count("facts_reranked") == 2 and reranker.calls == 2
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("facts_reranked") == kinds.count("pieces_reranked") == 2 and reranker.calls == 4
     (start,) = [e for e in events if e["kind"] == "session_start"]
     assert start["config"]["reranker"] == "script/rerank"
     run = replay(path, check=True)
     assert run.divergence is None, run.divergence and run.divergence.describe()
-    assert reranker.calls == 2, "replay calls no reranker: the trace's answers are fed back"
-    assert [e["kind"] for e in run.events].count("facts_reranked") == 2
+    assert reranker.calls == 4, "replay calls no reranker: the trace's answers are fed back"
+    replayed = [e["kind"] for e in run.events]
+    assert replayed.count("facts_reranked") == replayed.count("pieces_reranked") == 2
 
 
 def test_the_litellm_reranker_orders_by_the_answers_indices(monkeypatch):
@@ -151,6 +172,6 @@ def test_the_litellm_reranker_orders_by_the_answers_indices(monkeypatch):
         LiteLLMReranker("cohere/rerank-english-v3.0").scores("q", ["a", "b", "c"])
 
 
-def test_too_few_candidates_is_a_config_error():
-    with pytest.raises(ConfigError, match="rerank_candidates 1"):
-        Config(rerank_candidates=1)
+def test_a_negative_number_of_candidates_is_a_config_error():
+    with pytest.raises(ConfigError, match="rerank_pieces -1 is negative"):
+        Config(rerank_pieces=-1)

@@ -212,20 +212,32 @@ ORACLE = "oracle"   # --reranker oracle: the bench's own reranker, knowing each 
 
 
 class Oracle:
-    """An upper bound on any reranker: the facts telling one of the question's evidence turns first, the
-    rest after, each in pager's order. It reads the answer key, so it measures what reordering the
-    candidates could gain, never pager's recall; the report names it."""
+    """An upper bound on any reranker: the pieces and facts holding one of the question's evidence turns
+    first, the rest after, each in pager's order. It reads the answer key, so it measures what
+    reordering the candidates could gain, never pager's recall; the report names it."""
 
     name = ORACLE
 
     def __init__(self, session) -> None:
         self.session, self.evidence = session, set[int]()
+        self._turns: tuple[int, int, dict[str, set[int]]] = (-1, -1, {})
 
     def scores(self, query: str, documents) -> list[float]:
-        turns: dict[str, set[int]] = {}
-        for f in self.session.facts.items:   # by text: the reranker is told texts only
-            turns.setdefault(f.text, set()).update(f.turns)
+        turns = self.turns()
         return [1.0 if turns.get(text, set()) & self.evidence else 0.0 for text in documents]
+
+    def turns(self) -> dict[str, set[int]]:
+        """A text as the reranker is told it (a fact's, a piece's with its spaces made single) → its turns."""
+        s = self.session
+        if self._turns[:2] != (len(s.pages), len(s.facts)):
+            turns: dict[str, set[int]] = {}
+            for page in s.pages.values():
+                for i, (turn, _, _) in enumerate(page.spans):
+                    turns.setdefault(" ".join(page.piece_text(i).split()), set()).add(turn)
+            for f in s.facts.items:
+                turns.setdefault(f.text, set()).update(f.turns)
+            self._turns = (len(s.pages), len(s.facts), turns)
+        return self._turns[2]
 
 
 def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str, Tally], baselines: bool,
@@ -344,7 +356,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "fill": config.fill,
         **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share,
             "excerpt_slabs": config.excerpt_slabs} if memory else {}),
-        **({"reranker": config.reranker, "rerank_candidates": config.rerank_candidates,
+        **({"reranker": config.reranker, "rerank_pieces": config.rerank_pieces, "rerank_facts": config.rerank_facts,
             "reranker_failures": len(rerank_errors), "reranker_error": rerank_errors[0] if rerank_errors else ""}
            if config.reranker else {}),
         **({"bookmark_model": config.bookmark_model, "bookmark_model_errors": errors}
