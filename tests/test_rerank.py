@@ -175,3 +175,44 @@ def test_the_litellm_reranker_orders_by_the_answers_indices(monkeypatch):
 def test_a_negative_number_of_candidates_is_a_config_error():
     with pytest.raises(ConfigError, match="rerank_pieces -1 is negative"):
         Config(rerank_pieces=-1)
+
+
+def test_a_local_rerank_server_reached_through_litellm_brings_the_answer(tmp_path, monkeypatch):
+    """The whole way: litellm's `infinity/` provider posting to a rerank server on 127.0.0.1 (one that
+    scores texts about surfing or a board sport first), as a user's own server would be reached."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    asked = []
+
+    class Server(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append((self.path, body))
+            results = [{"index": i, "relevance_score": float("surfing" in d or "board sport" in d)}
+                       for i, d in enumerate(body["documents"])]
+            out = json.dumps({"id": "r", "results": results}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("INFINITY_API_BASE", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        home, s = surfer(tmp_path, reranker="infinity/bge-reranker-base")
+        events = []
+        s.events.listeners.append(events.append)
+        ctx = build(s, QUESTION, chat=False)
+    finally:
+        server.shutdown()
+    assert not [e for e in events if e.kind == "rerank_failed"], [e.data for e in events if e.kind == "rerank_failed"]
+    assert [path for path, _ in asked] == ["/rerank", "/rerank"], "the pieces, then the facts"
+    assert asked[0][1]["model"] == "bge-reranker-base" and asked[0][1]["query"] == QUESTION
+    assert ANSWER in shown(s, ctx) or "board sport" in ctx.memory
+    home.journal.close(remove=True)
