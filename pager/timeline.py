@@ -37,9 +37,11 @@ class Column:
     marks: dict[str, list[tuple[str, str]]] = field(default_factory=dict)   # lane → (kind, detail)
 
 
-LANES = ("state", "facts", "summaries")
+LANES = ("state", "facts", "summaries", "reranker")
 MARK_COLORS = {"set": "#9ad29a", "unset": "#b9b9b9", "fact": "#8fb8e8", "supersedes": "#f0a050", "ends": "#e06666",
-               "summary": "#c9a0e8"}
+               "summary": "#c9a0e8", "reranked": "#f5d76e", "failed": "#e06666"}
+# what each lane's marks count as in the page's summary line (a reranker's failures apart)
+COUNTED = {"state": "state changes", "facts": "facts", "summaries": "summaries", "reranker": "reranker answers"}
 
 
 @dataclass
@@ -82,16 +84,20 @@ def collect(path: Path) -> Timeline:
 
 def _tier_marks(timeline: Timeline, events: list[dict], session) -> None:
     """Put each tier event in the lane of the column it happened at or after (the first, if before any)."""
-    counts = dict.fromkeys(("state changes", "facts", "superseded", "ended", "summaries"), 0)
+    counts = dict.fromkeys(("state changes", "facts", "superseded", "ended", "summaries", "reranker answers",
+                            "reranker failures"), 0)
     ends = [c.start for c in timeline.columns[1:]] + [len(events)]
-    for column, end in zip(timeline.columns, ends):
-        begin = 0 if column is timeline.columns[0] else column.start
-        for e in events[begin:end]:
-            mark = _mark(e, session)
+    for x, (column, end) in enumerate(zip(timeline.columns, ends)):
+        begin = 0 if x == 0 else column.start
+        for i in range(begin, end):
+            mark = _mark(events[i], session)
             if mark:
                 lane, kind, detail = mark
-                column.marks.setdefault(lane, []).append((kind, detail))
-                counts["state changes" if lane == "state" else lane if lane == "summaries" else "facts"] += 1
+                # what follows a context is its reply's (facts and state written from it), but a reranker
+                # answers while the next context is made: its mark goes there
+                later = lane == "reranker" and i >= column.start and x + 1 < len(timeline.columns)
+                timeline.columns[x + 1 if later else x].marks.setdefault(lane, []).append((kind, detail))
+                counts["reranker failures" if kind == "failed" else COUNTED[lane]] += 1
                 counts["superseded"] += kind == "supersedes"
                 counts["ended"] += kind == "ends"
     timeline.tiers = counts
@@ -111,6 +117,12 @@ def _mark(e: dict, session) -> tuple[str, str, str] | None:
         if e.get("supersedes"):
             return "facts", "supersedes", f"{text} (supersedes {e['supersedes']})"
         return "facts", "fact", text
+    if kind in ("pieces_reranked", "facts_reranked"):   # a reranker's answer (pager/rerank.py)
+        stage, first = kind.split("_")[0], e["order"][0]
+        name = f"p{first[0]}'s piece {first[1] + 1}" if stage == "pieces" else f"f{first}"
+        return "reranker", "reranked", f"{e['model']}: {len(e['order'])} {stage} reordered, {name} first"
+    if kind == "rerank_failed":
+        return "reranker", "failed", f"{e['model']} failed on the {e.get('stage', '')}: {e['error']}"
     if kind in ("summary", "summary_in", "summary_written"):   # the summaries tier's events
         if "summary" in e or "n" in e:
             sid = e.get("summary") or f"s{e['n']}"
@@ -158,7 +170,9 @@ def render(timeline: Timeline) -> str:
     legend += (' · tiers: ' + ' '.join(f'<span style="background:{MARK_COLORS[k]}">{label}</span>' for k, label in
                                       (("set", "state set"), ("unset", "state unset"), ("fact", "fact"),
                                        ("supersedes", "supersedes a fact"), ("ends", "ends a fact"),
-                                       ("summary", "summary")))) if lanes else ""
+                                       ("summary", "summary"))
+                                      + ((("reranked", "reranked"), ("failed", "reranker failed"))
+                                         if "reranker" in lanes else ()))) if lanes else ""
     tiers = timeline.tiers
     tier_line = (" · " + " · ".join(f"{n} {name}" for name, n in tiers.items() if n)) if any(tiers.values()) else ""
     faults, evictions = timeline.faults, timeline.evictions
@@ -183,7 +197,8 @@ def _lanes(timeline: Timeline, lanes: list[str], top: int, cell: int) -> list[st
             if not marks:
                 continue
             kinds = [k for k, _ in marks]
-            strongest = next((k for k in ("ends", "supersedes", "unset", "set", "fact", "summary") if k in kinds), kinds[0])
+            strongest = next((k for k in ("ends", "supersedes", "unset", "set", "fact", "summary", "failed", "reranked")
+                              if k in kinds), kinds[0])
             tip = html.escape("\n".join(detail for _, detail in marks)[:1500])
             left = 60 + cell * x
             parts.append(f'<g class="m" data-lane="{lane}" data-kind="{strongest}"><rect x="{left}" y="{y}" '

@@ -216,3 +216,24 @@ def test_a_local_rerank_server_reached_through_litellm_brings_the_answer(tmp_pat
     assert asked[0][1]["model"] == "bge-reranker-base" and asked[0][1]["query"] == QUESTION
     assert ANSWER in shown(s, ctx) or "board sport" in ctx.memory
     home.journal.close(remove=True)
+
+
+def test_the_timeline_has_a_lane_for_the_rerankers_answers(tmp_path):
+    from pager import timeline
+
+    path = tmp_path / "reranked.jsonl"
+    reranker = Scripted()
+
+    def setup(session, agent):
+        session.home.reranker = reranker
+        session.add_facts(FACTS, "script")
+
+    record(path, TALK, [QUESTION, "Which clubs does John go to?"],
+           Config(budget=1024, session="john", embedder="hash", reranker="script/rerank"), "a reranker", setup=setup)
+    made = timeline.write(path, tmp_path / "t.html")
+    page = (tmp_path / "t.html").read_text()
+    assert made.tiers["reranker answers"] == 4 and made.tiers["reranker failures"] == 0
+    assert 'data-lane="reranker"' in page and "4 reranker answers" in page
+    first = [detail for kind, detail in made.columns[0].marks["reranker"]]
+    assert any(d.startswith("script/rerank: 41 facts reordered, f41 first") for d in first), first
+    assert len(made.columns[0].marks["reranker"]) == 2, "each question's answers mark the context they made"
