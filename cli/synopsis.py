@@ -14,9 +14,9 @@ def _commands(command, path: tuple[str, ...] = ()):
         yield path, command
 
 
-METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_model": "M", "memory_model": "M",
+METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_model": "M", "memory_model": "M", "reranker": "M",
             "budget": "N",
-            "policy": "P", "page_tokens": "N", "pages": "N", "conversations": "N", "questions": "N", "excerpts": "N", "step": "N",
+            "policy": "P", "page_tokens": "N", "pages": "N", "conversations": "N", "questions": "N", "excerpts": "N", "step": "N", "rerank_pieces": "N", "rerank_facts": "N",
             "k": "N", "json_path": "OUT", "out": "OUT", "html": "OUT.html", "plot": "OUT.png", "keep": "DIR",
             "data": "FILE", "conversation": "ID", "format": "F", "host": "H", "port": "P", "tenant": "T",
             "key_id": "ID", "clients": "N", "shared": "N", "turns": "N", "alone_turns": "N", "earlier": "N",
