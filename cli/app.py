@@ -373,10 +373,15 @@ def search(
         s = existing(home)
         from pager.views import page_hits, tier_hits
 
+        reranked: list = []   # with PAGER_RERANKER: whether it answered, and if not, why
+        s.events.listeners.append(lambda e: reranked.append(e) if e.kind in ("pieces_reranked", "rerank_failed") else None)
         rows = page_hits(s, query, k)
         tiers = tier_hits(s, query, k)
+        said = ({"reranker": {"model": config.reranker, "error": next((e.data["error"] for e in reranked
+                                                                      if e.kind == "rerank_failed"), "")}}
+                if config.reranker and reranked else {})
         if json_out:
-            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows, "tiers": tiers},
+            typer.echo(json.dumps({"session": s.name, "query": query, "results": rows, "tiers": tiers, **said},
                                   ensure_ascii=False))
             return
         from rich.console import Console
@@ -393,6 +398,11 @@ def search(
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
                           Text(", ".join(r["bookmarks"])), Text(r["snippet"]))
         console = Console()
+        if said and said["reranker"]["error"]:
+            console.print(Text(f"the reranker {config.reranker} failed ({said['reranker']['error']}); the pages are in "
+                               "pager's own order. Fix it, or unset PAGER_RERANKER", style="red"))
+        elif said:
+            console.print(Text(f"pages reordered by the reranker {config.reranker}", style="dim"))
         if not rows or all(r["weak"] for r in rows):
             console.print(Text(f"no page of session {s.name!r} matches {query!r}" + (
                 " by its words; the nearest by meaning, below, are weak" if rows else "")

@@ -26,6 +26,7 @@ candidates, is a `rerank_failed` event and pager's own order stands: never a fai
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -50,7 +51,11 @@ class LiteLLMReranker:
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         from .llm import litellm
 
-        answer = litellm().rerank(model=self.name, query=query, documents=list(documents), top_n=len(documents),
+        module = litellm()
+        logger = logging.getLogger("LiteLLM")   # its rerank logs each failure; pager says it once, as an event
+        if not any(isinstance(f, _Said) for f in logger.filters):
+            logger.addFilter(_Said())
+        answer = module.rerank(model=self.name, query=query, documents=list(documents), top_n=len(documents),
                                   return_documents=False, timeout=self.timeout)
         out = [float("-inf")] * len(documents)
         for result in answer.results or []:
@@ -59,6 +64,13 @@ class LiteLLMReranker:
                 raise ValueError(f"the reranker answered index {index!r} for {len(documents)} documents")
             out[index] = float(result["relevance_score"])
         return out
+
+
+class _Said(logging.Filter):
+    """Drops litellm's own line for a failed rerank: the failure is a `rerank_failed` event, shown once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Error in rerank")
 
 
 class RerankError(Exception):

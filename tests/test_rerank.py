@@ -237,3 +237,28 @@ def test_the_timeline_has_a_lane_for_the_rerankers_answers(tmp_path):
     first = [detail for kind, detail in made.columns[0].marks["reranker"]]
     assert any(d.startswith("script/rerank: 41 facts reordered, f41 first") for d in first), first
     assert len(made.columns[0].marks["reranker"]) == 2, "each question's answers mark the context they made"
+
+
+def test_pager_search_says_when_the_reranker_failed_and_when_it_answered(maya, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    def down(self, query, documents):
+        raise ConnectionError("no rerank server on localhost:7997")
+
+    monkeypatch.setattr(LiteLLMReranker, "scores", down)
+    env = {"PAGER_EMBEDDER": "hash", "PAGER_RERANKER": "infinity/bge-reranker-base"}
+    result = CliRunner().invoke(app, ["--home", str(maya), "search", "peanut allergy", "--session", "maya"], env=env)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "the reranker infinity/bge-reranker-base failed (ConnectionError: no rerank server" in said
+    assert "unset PAGER_RERANKER" in said and "EpiPen" in said, "the pages are still listed, in pager's own order"
+
+    monkeypatch.setattr(LiteLLMReranker, "scores", lambda self, query, documents: [float(len(d)) for d in documents])
+    result = CliRunner().invoke(app, ["--home", str(maya), "search", "peanut allergy", "--session", "maya", "--json"],
+                                env=env)
+    assert json.loads(result.output)["reranker"] == {"model": "infinity/bge-reranker-base", "error": ""}
+    plain = CliRunner().invoke(app, ["--home", str(maya), "search", "peanut allergy", "--session", "maya", "--json"],
+                               env={"PAGER_EMBEDDER": "hash"})
+    assert "reranker" not in json.loads(plain.output)
