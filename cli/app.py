@@ -656,8 +656,8 @@ def bench_locomo(
     for error in report.get("bookmark_model_errors", []):
         console.print(f"[red]bookmark model failed[/] ({error}); those pages kept their offline keywords")
     if report.get("reranker_failures"):
-        console.print(f"[red]the reranker failed on {report['reranker_failures']:,} questions[/] (first: "
-                      f"{report['reranker_error']}); those kept pager's own order of facts")
+        console.print(f"[red]the reranker failed {report['reranker_failures']:,} times[/] (a question asks it for its "
+                      f"pieces and its facts; first: {report['reranker_error']}); there pager's own order stood")
     if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
         console.print(f"wrote {json_path}")
     if plot:

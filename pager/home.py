@@ -145,7 +145,7 @@ class Home:
         self._embedder = embedder
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
-        self._reranker: Any = None   # the facts' reranker (pager/rerank.py); built from the config when None
+        self._reranker: Any = None   # the search's and the facts' reranker (pager/rerank.py); built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
@@ -211,8 +211,9 @@ class Home:
 
     @property
     def reranker(self):
-        """The reranker reordering the best facts for each message (`Config.reranker`), or None. Its
-        failures, a missing key among them, are `rerank_failed` events (pager/rerank.py)."""
+        """The reranker reordering the search's best pieces and the best facts for each message
+        (`Config.reranker`), or None. Its failures, a missing key among them, are `rerank_failed` events
+        (pager/rerank.py)."""
         if self._reranker is None and self.config.reranker:
             from .rerank import make_reranker
 
