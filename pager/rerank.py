@@ -179,6 +179,8 @@ def rerank_pieces(session, message: str, fused: np.ndarray) -> np.ndarray:
 
 def rerank_facts(session, message: str, ranked: list[tuple]) -> list[tuple]:
     """`ranked` (best first) with its first `rerank_facts` in the reranker's order."""
+    if session.home.reranker is None:
+        return ranked
     head = ranked[:session.home.config.rerank_facts]
     order = reordered(session, "facts", message, tuple(f.n for f, _, _ in head), [f.text for f, _, _ in head])
     if order is None:
