@@ -125,10 +125,10 @@ class Renderer:
 
     def _digit_tokens(self, n: int) -> int:
         """Tokens of a page number's digits, in runs of three (each run a pre-token of its own)."""
-        digits = str(n)
+        digits, table = str(n), self.s.tokenizer.digit_tokens
         if len(digits) <= 3:
-            return self.line_tokens(digits)
-        return sum(self.line_tokens(digits[i:i + 3]) for i in range(0, len(digits), 3))
+            return table(digits)
+        return sum(table(digits[i:i + 3]) for i in range(0, len(digits), 3))
 
     def _fixed_parts(self) -> tuple[int, int, int, int, int]:
         """The counts of the parts every header has ("[p", "]", "]\n", ",", " · bookmarks:"), once."""

@@ -42,6 +42,7 @@ class Tokenizer:
 
         self.name = encoding
         self._enc = tiktoken.get_encoding(encoding)
+        self._digits: dict[str, int] | None = None   # every run of one to three ASCII digits → its tokens (digit_tokens)
         self._deltas: dict[tuple[str, str, bool], int] = {}   # (end of a text, suffix, suffix first) → tokens the suffix adds
 
     def count(self, text: str) -> int:
@@ -65,6 +66,16 @@ class Tokenizer:
             if c <= 0:
                 return self.count(text + suffix)
         return tokens + self.delta(text[c:], suffix)
+
+    def digit_tokens(self, digits: str) -> int:
+        """Tokens of a run of one to three ASCII digits (a pre-token of its own in cl100k and o200k: a page
+        number's digits go in threes), from a table of all 1,110 such runs counted once per encoding
+        (~1 ms), where each page shown or listed for the first time counted its own."""
+        table = self._digits
+        if table is None:
+            runs = [f"{i:0{width}d}" for width in (1, 2, 3) for i in range(10**width)]
+            table = self._digits = dict(zip(runs, map(self.count, runs)))
+        return table[digits]
 
     def count_spaced(self, text: str, tokens: int) -> int | None:
         r"""Exact tokens of " " + text, given text's own exact count, or None when that is not known to
