@@ -404,8 +404,12 @@ def excerpt_line(session: Session, n: int, i: int) -> tuple[Excerpt, str] | None
     held = None
     if not split_on:
         date = piece_date(page, i)
-        text = " ".join(page.piece_text(i).split())
-        held = (Excerpt(turn, n), f"- {page_id(n)}{' · ' + date if date else ''} · {text}")
+        raw = page.piece_text(i)
+        text = " ".join(raw.split())
+        line = f"- {page_id(n)}{' · ' + date if date else ''} · {text}"
+        held = (Excerpt(turn, n), line)
+        # its count, from the piece's stored one (no tokenizer call where that is exact)
+        session.render.excerpt_counted(line, n, date, text, page.piece_count(i) if text == raw else -1)
     cache[key] = held
     return held
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .tokens import ASCII_LETTERS, Tokenizer, last_boundary
+from .tokens import ASCII_LETTERS, Tokenizer, last_boundary, tail_start
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,14 @@ class Page:
     keywords: tuple[str, ...] = ()          # automatic bookmarks written when sealed
     importance: float = 0.0
     user: str = ""
+    # tokens of each piece's text (piece_text) by the packer's tokenizer, -1 where packing did not count it, () for
+    # none (pages stored before schema 8); not part of what the page is: two packers seal equal pages with or without
+    piece_tokens: tuple[int, ...] = field(default=(), compare=False)
+
+    def piece_count(self, i: int) -> int:
+        """Tokens of the i-th piece's text as counted when the page was packed, -1 if not counted."""
+        counts = self.piece_tokens
+        return counts[i] if i < len(counts) else -1
 
     @property
     def id(self) -> str:
@@ -123,6 +131,7 @@ class _Piece:
     start: int
     end: int
     line: str
+    tokens: int = -1   # of the line without its date marker (Page.piece_tokens), -1 if not counted
 
 
 @dataclass
@@ -162,7 +171,10 @@ class Packer:
                 known = line_tokens if not start and len(head) == len(turn.speaker) + 2 else None
                 tokens = self.count_appended(line, known)
             if tokens <= self.capacity:
-                self.pieces.append(_Piece(turn, start, len(text), line))
+                # the piece's own count, where packing had it: the caller's (of "speaker: text", the piece's
+                # text after any date marker) or, for a page's first piece (never dated), the body's
+                own = line_tokens if not start and line_tokens is not None else tokens if not self.pieces else -1
+                self.pieces.append(_Piece(turn, start, len(text), line, own))
                 self.body_tokens = tokens
                 return sealed
             if self.pieces:
@@ -202,6 +214,7 @@ class Packer:
             ts_last=turns[-1].ts,
             refs=tuple(dict.fromkeys(t.ref for t in turns if t.ref)),
             user=self.user,
+            piece_tokens=tuple(p.tokens for p in pieces) if any(p.tokens >= 0 for p in pieces) else (),
         )
         self.pieces = []
         self.body_tokens = 0
@@ -228,7 +241,8 @@ class Packer:
         pre-token, and no pre-token holds an ASCII letter followed by a space (Tokenizer.count_extended)
         nor a newline followed by a letter (a letter run takes one non-letter in front of it, never a
         newline). So the body counts as body_tokens - count(end) + count(end + "\n" + line), where end
-        is the body's last line from its last letter-space boundary, and when `known` (line's own
+        is the body's last line from its last letter-space boundary (or only its closing punctuation,
+        Tokenizer.count_extended's tail_start: the suffix starts with a newline), and when `known` (line's own
         exact count) is given and line starts with an ASCII letter, count(end + "\n") + known stands
         for the last term (the difference count(end + "\n") - count(end) cached by the tokenizer: ends
         repeat). Property-tested against the whole count (tests/test_ingest_path.py)."""
@@ -236,7 +250,9 @@ class Packer:
         if not self.pieces:
             return known if known is not None else count(line)
         last = self.pieces[-1].line
-        c = last_boundary(last)
+        c = tail_start(last, "\n")   # its closing punctuation, where it can (the few such ends are cached)
+        if c < 0:
+            c = last_boundary(last)
         if c <= 0 or self._uncounted:
             return count(self._body_with(line))
         end = last[c:]

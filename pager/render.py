@@ -36,6 +36,7 @@ class Renderer:
         self._tail_count: tuple[str, str, int] | None = None   # the open tail's last block, separator, tokens
         self._message_count: tuple[str, int] | None = None
         self._fixed: tuple[int, int, int, int, int] | None = None
+        self._excerpt_head: tuple[int, str, int] | None = None   # (page, date, tokens of "- p42 · 8 May 2023 ·")
         self._newest: tuple[int, list[int]] | None = None
         self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
@@ -124,10 +125,10 @@ class Renderer:
 
     def _digit_tokens(self, n: int) -> int:
         """Tokens of a page number's digits, in runs of three (each run a pre-token of its own)."""
-        digits = str(n)
+        digits, table = str(n), self.s.tokenizer.digit_tokens
         if len(digits) <= 3:
-            return self.line_tokens(digits)
-        return sum(self.line_tokens(digits[i:i + 3]) for i in range(0, len(digits), 3))
+            return table(digits)
+        return sum(table(digits[i:i + 3]) for i in range(0, len(digits), 3))
 
     def _fixed_parts(self) -> tuple[int, int, int, int, int]:
         """The counts of the parts every header has ("[p", "]", "]\n", ",", " · bookmarks:"), once."""
@@ -281,21 +282,45 @@ class Renderer:
             return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
         if not lines:
             return self.line_tokens(title + separator)
-        cost = self.line_tokens(title + "\n") + self.line_tokens(lines[-1] + separator)
+        cost = self.line_tokens(title + "\n") + self._with_suffix(lines[-1], separator)
         for line in lines[:-1]:
-            cost += self._with_newline(line)
+            cost += self._with_suffix(line, "\n")
         return cost
 
-    def _with_newline(self, line: str) -> int:
-        """Tokens of line + "\n", cached like line_tokens; from the line's own cached count when there
-        is one (the memory map counts each line to fit it), by Tokenizer.count_extended."""
-        key = line + "\n"
+    def _with_suffix(self, line: str, suffix: str) -> int:
+        """Tokens of line + suffix (a newline, a separator), cached like line_tokens; from the line's own
+        cached count when there is one (the memory map counts each line to fit it, an excerpt line is
+        counted from its parts, excerpt_counted), by Tokenizer.count_extended."""
+        key = line + suffix
         cost = self._line_costs.get(key)
         if cost is None:
             own = self._line_costs.get(line)
-            cost = self._keep(key, self.s.tokenizer.count_extended(line, own, "\n") if own is not None
+            cost = self._keep(key, self.s.tokenizer.count_extended(line, own, suffix) if own is not None
                               else self.s.tokenizer.count(key))
         return cost
+
+    def excerpt_counted(self, line: str, n: int, date: str, text: str, own: int) -> None:
+        """Keep the count of an excerpt line, `- p42 · 8 May 2023 · text`, made from its parts when its
+        text's own count is known (`own`: the piece's count stored with its page, made when the page
+        was packed, Page.piece_tokens; -1 if not), so that showing it costs the tokenizer nothing
+        for its text. The parts are those of a header (_header_parts: "- p" for "[p", the page
+        number's digits in threes, " · " and the date, which must end in an ASCII letter or digit),
+        then " ·", then the text after its space (Tokenizer.count_spaced): each part ends where a
+        pre-token ends in cl100k and o200k (a "·" ends a punctuation run before a space), so the sum
+        is the count of the line; a property test holds it against the whole count."""
+        if own < 0 or self.s.packer.tokenizer is not self.s.tokenizer:
+            return
+        spaced = self.s.tokenizer.count_spaced(text, own)
+        if spaced is None:
+            return
+        held = self._excerpt_head
+        if held is None or held[0] != n or held[1] != date:   # a page's pieces come one after another, most often
+            if date and date[-1] not in _ALNUM:
+                return
+            part = self.line_tokens
+            held = self._excerpt_head = (n, date, part("- p") + self._digit_tokens(n)
+                                         + (part(" · " + date) if date else 0) + part(" ·"))
+        self._keep(line, held[2] + spaced)
 
     def _keyword_tokens(self, keyword: str) -> int:
         cost = self._keyword_costs.get(keyword)

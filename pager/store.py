@@ -34,9 +34,10 @@ from .facts import Fact, fact_record
 from .state import Change
 from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 7  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+SCHEMA_VERSION = 8  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
                     # 4: tables of working-state changes and facts; 5: a table of summaries;
-                    # 6: vectors of the embedder's size (wordllama 128); 7: facts gain `ends`
+                    # 6: vectors of the embedder's size (wordllama 128); 7: facts gain `ends`;
+                    # 8: pages gain `piece_tokens` (each piece's count, made when the page was packed)
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -189,7 +190,7 @@ def _page_row(p: Page, pieces: np.ndarray) -> dict:
         "spans": json.dumps([[*span, *line] for span, line in zip(p.spans, p.lines)]),
         "speakers": list(p.speakers), "date_first": p.date_first, "date_last": p.date_last,
         "ts_first": p.ts_first, "ts_last": p.ts_last, "refs": list(p.refs), "keywords": list(p.keywords),
-        "importance": float(p.importance), **_page_vectors(pieces),
+        "importance": float(p.importance), "piece_tokens": list(p.piece_tokens) or None, **_page_vectors(pieces),
     }
 
 
@@ -201,7 +202,7 @@ def _page_from(row: dict) -> Page:
         speakers=tuple(row["speakers"] or ()),
         date_first=row["date_first"], date_last=row["date_last"], ts_first=row["ts_first"],
         ts_last=row["ts_last"], refs=tuple(row["refs"] or ()), keywords=tuple(row["keywords"] or ()),
-        importance=float(row["importance"]), user=row["user"],
+        importance=float(row["importance"]), user=row["user"], piece_tokens=tuple(row.get("piece_tokens") or ()),
     )
 
 
@@ -263,7 +264,8 @@ class LanceStore:
                                 ("first_turn", i), ("last_turn", i), ("spans", s), ("speakers", pa.list_(s)),
                                 ("date_first", s), ("date_last", s), ("ts_first", f), ("ts_last", f),
                                 ("refs", pa.list_(s)), ("keywords", pa.list_(s)), ("importance", f),
-                                ("vector", pa.list_(pa.float32(), self.dim)), ("pieces", pa.binary())]),
+                                ("vector", pa.list_(pa.float32(), self.dim)), ("pieces", pa.binary()),
+                                ("piece_tokens", pa.list_(pa.int32()))]),
             "bookmarks": pa.schema([("user", s), ("session", s), ("uid", s), ("keywords", pa.list_(s)),
                                     ("pages", pa.list_(i)), ("note", s), ("source", s), ("ts", f)]),
             "states": pa.schema([("user", s), ("session", s), ("state", s), ("ts", f)]),
@@ -500,6 +502,8 @@ class LanceStore:
         from lancedb.expr import col, lit
 
         columns = self.PAGE_COLUMNS + (["pieces"] if with_vectors else [])
+        if "pages" in self._tables and "piece_tokens" in self._tables["pages"].schema.names:   # none before m008: counted when shown
+            columns.append("piece_tokens")
         # a page written twice (two machines sealing it at once) is the same page: keep one
         rows = sorted({r["n"]: r for r in self._rows("pages", user, session, col("n") > lit(after), columns)}.values(),
                       key=lambda r: r["n"])
@@ -817,6 +821,21 @@ def m007_fact_ends(store: LanceStore) -> None:
         except (OSError, RuntimeError, ValueError):
             table.checkout_latest()
             if "ends" not in table.schema.names:  # not another process's migration: a real failure
+                raise
+
+
+@migration
+def m008_piece_tokens(store: LanceStore) -> None:
+    """pages gain `piece_tokens`, each piece's count made when the page was packed (empty for older pages: counted when shown)"""
+    import pyarrow as pa
+
+    table = store._tables["pages"]
+    if "piece_tokens" not in table.schema.names:
+        try:
+            table.add_columns(pa.field("piece_tokens", pa.list_(pa.int32())))
+        except (OSError, RuntimeError, ValueError):
+            table.checkout_latest()
+            if "piece_tokens" not in table.schema.names:  # not another process's migration: a real failure
                 raise
 
 

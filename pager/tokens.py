@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,7 +42,8 @@ class Tokenizer:
 
         self.name = encoding
         self._enc = tiktoken.get_encoding(encoding)
-        self._deltas: dict[tuple[str, str], int] = {}   # (end of a text, suffix) → tokens the suffix adds
+        self._digits: dict[str, int] | None = None   # every run of one to three ASCII digits → its tokens (digit_tokens)
+        self._deltas: dict[tuple[str, str, bool], int] = {}   # (end of a text, suffix, suffix first) → tokens the suffix adds
 
     def count(self, text: str) -> int:
         # encode_ordinary is encode(text, disallowed_special=()) without its scan for special tokens (tiktoken
@@ -55,21 +57,47 @@ class Tokenizer:
         uses (cl100k, o200k) no pre-token holds a letter followed by a space (a run of letters takes a
         non-letter only in front of it, a contraction only starting with an apostrophe), so every
         pre-token before it is the same whatever follows, and text[c:] + suffix is pre-tokenized alone
-        as it is within the whole. Without such a space, the whole is counted."""
-        c = last_boundary(text)
-        if c <= 0:
-            return self.count(text + suffix)
+        as it is within the whole. Without such a space, the whole is counted. A suffix starting with
+        ASCII whitespace (a separator, a newline) needs less: only the text's closing punctuation
+        (tail_start), so the few such ends (".", "?", none) are counted once per process."""
+        c = tail_start(text, suffix)
+        if c < 0:
+            c = last_boundary(text)
+            if c <= 0:
+                return self.count(text + suffix)
         return tokens + self.delta(text[c:], suffix)
 
-    def delta(self, end: str, suffix: str) -> int:
+    def digit_tokens(self, digits: str) -> int:
+        """Tokens of a run of one to three ASCII digits (a pre-token of its own in cl100k and o200k: a page
+        number's digits go in threes), from a table of all 1,110 such runs counted once per encoding
+        (~1 ms), where each page shown or listed for the first time counted its own."""
+        table = self._digits
+        if table is None:
+            runs = [f"{i:0{width}d}" for width in (1, 2, 3) for i in range(10**width)]
+            table = self._digits = dict(zip(runs, map(self.count, runs)))
+        return table[digits]
+
+    def count_spaced(self, text: str, tokens: int) -> int | None:
+        r"""Exact tokens of " " + text, given text's own exact count, or None when that is not known to
+        be exact. The text must start with a run of ASCII letters followed by nothing, or by an ASCII
+        character that is neither a letter nor an apostrophe: in the tiktoken encodings pager uses
+        (cl100k, o200k) that run's pre-tokens end where it ends (a letter pre-token takes letters, and
+        an apostrophe's contraction, only), and its first pre-token takes a space in front of it
+        (`[^\r\n\p{L}\p{N}]?` before the letters), so the space changes the run's first pre-token alone:
+        the difference is the run's, count(" " + run) - count(run), cached (a speaker's name)."""
+        word = leading_word(text)
+        return None if word is None else tokens + self.delta(" ", word, prefix=True)
+
+    def delta(self, end: str, suffix: str, prefix: bool = False) -> int:
         """count(end + suffix) - count(end), cached: the ends of texts after their last boundary repeat
-        (the last word and its stop), and so do the suffixes pager puts after them."""
-        key = (end, suffix)
+        (the last word and its stop), and so do the suffixes pager puts after them. prefix=True: the
+        other way round, count(end + suffix) - count(suffix) (a space put before a word)."""
+        key = (end, suffix, prefix)
         delta = self._deltas.get(key)
         if delta is None:
             if len(self._deltas) > 100_000:
                 self._deltas.clear()
-            delta = self._deltas[key] = self.count(end + suffix) - self.count(end)
+            delta = self._deltas[key] = self.count(end + suffix) - self.count(suffix if prefix else end)
         return delta
 
     def encode(self, text: str) -> list[int]:
@@ -144,6 +172,37 @@ def last_boundary(text: str, within: int = 200) -> int:
             return c
         c = text.rfind(" ", max(1, len(text) - within), c)
     return 0
+
+
+ASCII_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+CLOSING = frozenset("!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~")   # ASCII punctuation but the apostrophe
+ASCII_SPACE = frozenset(" \t\n\r")
+
+
+def tail_start(text: str, suffix: str) -> int:
+    """Where text's closing punctuation starts, when text + suffix may be counted from there
+    (Tokenizer.count_extended), else -1: the suffix starts with ASCII whitespace, and text ends in a
+    run of ASCII punctuation other than the apostrophe (maybe none) after an ASCII letter or digit.
+    In the tiktoken encodings pager uses (cl100k, o200k) the pre-token holding that letter or digit
+    ends there whatever follows (a letter pre-token takes letters and a contraction, which needs an
+    apostrophe; a digit pre-token digits), so every pre-token before it is the same with or without
+    the suffix, and the punctuation with the suffix is pre-tokenized alone as within the whole."""
+    if not suffix or suffix[0] not in ASCII_SPACE:
+        return -1
+    c = len(text)
+    while c > 0 and text[c - 1] in CLOSING:
+        c -= 1
+    return c if c > 0 and text[c - 1] in ASCII_ALNUM else -1
+
+
+_LEADING_WORD = re.compile(r"[A-Za-z]++(?![^\x00-\x7f]|')")   # a run of ASCII letters, then no apostrophe nor non-ASCII
+
+
+def leading_word(text: str) -> str | None:
+    """The run of ASCII letters text starts with, when nothing or an ASCII character other than a
+    letter or an apostrophe follows it (Tokenizer.count_spaced); else None."""
+    found = _LEADING_WORD.match(text)
+    return found.group() if found else None
 
 
 def least_tokens(text: str) -> int:

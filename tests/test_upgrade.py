@@ -25,6 +25,7 @@ def test_a_release_0_1_home_opens_migrates_and_answers_the_same(tmp_path):
         assert any("m004_memory_tiers" in w for w in home.warnings), home.warnings
         assert any("m005_summaries" in w for w in home.warnings), home.warnings
         assert any("m006_vector_dims" in w for w in home.warnings), home.warnings  # a no-op: hash vectors stay 256
+        assert any("m008_piece_tokens" in w for w in home.warnings), home.warnings
         s = home.open("maya")
         assert s.turn_count == expected["turns"] and len(s.pages) == expected["pages"]
         assert sorted(e.n for e in s.table.values() if e.pinned) == expected["pinned"]

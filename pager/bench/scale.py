@@ -95,12 +95,16 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
     turns: list[Turn] = []
     n = 0
     rng = np.random.default_rng(seed + 1)
+    longest = (packer.capacity + 1) * tokenizer.longest_token
     while len(sealed) < pages:
         for text in gen.turns(256):
             n += 1
             turn = Turn(session, n, NAMES[n % len(NAMES)], text, "user", "", start_ts + n * 60.0, "", user)
             turns.append(turn)
-            sealed.extend(packer.add(turn))
+            # each turn's line counted as the durable path's helper counts it (Home._count_early), so the
+            # pages carry their pieces' counts as pages sealed by an ingest do (Page.piece_tokens)
+            line = tokenizer.count(f"{turn.speaker}: {text}") if len(text) <= longest else None
+            sealed.extend(packer.add(turn, line_tokens=line))
             if len(sealed) >= pages:
                 break
     if embedder is not None:  # the measured session's pages get their automatic bookmarks, as sealing gives them
