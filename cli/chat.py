@@ -89,6 +89,10 @@ class StepPrinter:
         elif kind == "facts_reranked":
             self.console.print(f"  [blue]reranker:[/] {len(d['order'])} facts reordered, f{d['order'][0]} first",
                                highlight=False)
+        elif kind == "pieces_reranked":
+            page, place = d["order"][0]
+            self.console.print(f"  [blue]reranker:[/] the search's {len(d['order'])} best pieces reordered, p{page}'s "
+                               f"piece {place + 1} first", highlight=False)
         elif kind in ("model_error", "step_limit", "overflow", "notice", "writer_error", "memory_error",
                       "rerank_failed"):
             self.console.print(f"  [red]{kind}[/]: {escape(str(d.get('error') or d.get('text') or d))}", highlight=False)

@@ -262,3 +262,28 @@ def test_pager_search_says_when_the_reranker_failed_and_when_it_answered(maya, m
     plain = CliRunner().invoke(app, ["--home", str(maya), "search", "peanut allergy", "--session", "maya", "--json"],
                                env={"PAGER_EMBEDDER": "hash"})
     assert "reranker" not in json.loads(plain.output)
+
+
+def test_the_repl_shows_the_rerankers_answers_and_its_failures(maya, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pager.cli.app import app
+
+    env = {"PAGER_EMBEDDER": "hash", "PAGER_RERANKER": "infinity/bge-reranker-base"}
+    monkeypatch.setattr(LiteLLMReranker, "scores", lambda self, query, documents: [float(len(d)) for d in documents])
+    result = CliRunner().invoke(app, ["--home", str(maya), "chat", "--session", "maya"],
+                                input="What is Sam allergic to?\n", env=env)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "reranker: the search's" in said and "best pieces reordered" in said
+
+    def down(self, query, documents):
+        raise ConnectionError("no rerank server on localhost:7997")
+
+    monkeypatch.setattr(LiteLLMReranker, "scores", down)
+    result = CliRunner().invoke(app, ["--home", str(maya), "chat", "--session", "maya"],
+                                input="What is Sam allergic to?\n", env=env)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "rerank_failed: ConnectionError: no rerank server on localhost:7997" in said
+    assert "pager>" in said, "the reply comes all the same"
