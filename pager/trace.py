@@ -190,11 +190,15 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          "fill": cfg.fill, "fact_dates": cfg.fact_dates})
     if session.turn_count:
         session.home.flush()
-        turns = session.home.store.turns(session.user, session.name)
+        # what the session holds: another process may have stored more since it synced, and those come
+        # in as an `append` at its next sync (replay would load them twice)
+        turns = [t for t in session.home.store.turns(session.user, session.name) if t.turn <= session.turn_count]
+        known = session.directory.uids
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
                                         for t in turns], state=session.paging_state(),
-                     bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)],
+                     bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)
+                                if m.uid in known or not m.uid],
                      page_keywords=True,
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],

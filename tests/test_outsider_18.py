@@ -1,0 +1,36 @@
+"""What an outside tester found running pager as a newcomer would: several `pager chat` processes on
+one session with readers in between, `pager serve` options given as a user might type them."""
+
+from pager.agent import Agent
+from pager.embed import HashEmbedder
+from pager.home import Home
+from pager.model import HandlerModel
+from pager.offline import OfflineShell
+from pager.replay import replay
+from pager.trace import TraceWriter, begin
+
+from conftest import say
+
+
+def test_a_trace_begun_after_another_process_flushed_replays(config, tmp_path):
+    """Three `pager chat` processes started at once on one session: one opened the session at 6 turns,
+    another flushed 4 more to the store before the first's trace began. The trace's snapshot was read
+    from the store (10 turns) while its session held 6 and took the other 4 in at its first message (an
+    `append` from another process): replay loaded the 4 twice and `pager replay --check` failed at the
+    first turn. The snapshot now holds what the session held when its trace began."""
+    a, b = Home(config, embedder=HashEmbedder()), Home(config, embedder=HashEmbedder())
+    sb = b.open("shared")
+    say(sb, 6)
+    sa = a.open("shared")          # takes b's 6 turns in from b's journal, sealing pages b has not stored
+    say(sb, 4, start=100)
+    b.close()                      # the other process ends: its turns are in the store
+    assert sa.turn_count == 6 and sa.pending.pages
+    writer = TraceWriter(tmp_path / "a.jsonl")
+    sa.events.listeners.append(writer)
+    agent = Agent(sa, HandlerModel(OfflineShell()))
+    begin(sa, "pager/offline", agent.budget)
+    agent.ask("what does turn 101 say?")
+    writer.close()
+    run = replay(writer.path, check=True)
+    assert run.divergence is None, run.divergence.describe()
+    a.close()
