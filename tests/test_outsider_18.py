@@ -1,7 +1,12 @@
 """What an outside tester found running pager as a newcomer would: several `pager chat` processes on
 one session with readers in between, `pager serve` options given as a user might type them."""
 
+import pytest
+
+from typer.testing import CliRunner
+
 from pager.agent import Agent
+from pager.cli.app import app
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.model import HandlerModel
@@ -34,3 +39,21 @@ def test_a_trace_begun_after_another_process_flushed_replays(config, tmp_path):
     run = replay(writer.path, check=True)
     assert run.divergence is None, run.divergence.describe()
     a.close()
+
+
+@pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
+                                         ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1")])
+def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_path, monkeypatch, flag, value):
+    """`pager serve --max-body 0` (or -1) died with a traceback from the MCP library; --max-messages 0
+    served, then refused every chat request, --timeout 0 answered every turn 504. Each is one line at
+    start naming the flag, and nothing listens."""
+    import pager.serve
+
+    def listens(*args, **kwargs):
+        raise AssertionError("pager serve started")
+
+    monkeypatch.setattr(pager.serve, "serve", listens)   # were the limits taken, the test ends here, not serving
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "serve", "--port", "0", flag, value],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit) and flag in result.output, (result.output, result.exception)
