@@ -189,10 +189,13 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          "supersede": cfg.supersede, "weak_similarity": cfg.weak_similarity,
                          "fill": cfg.fill, "fact_dates": cfg.fact_dates})
     if session.turn_count:
+        from .fsck import durable_turns
+
         session.home.flush()
-        # what the session holds: another process may have stored more since it synced, and those come
-        # in as an `append` at its next sync (replay would load them twice)
-        turns = [t for t in session.home.store.turns(session.user, session.name) if t.turn <= session.turn_count]
+        # what the session holds, no more and no less: turns it took in from a live process's journal are
+        # in no store yet, and another process may have stored more since it synced, which come in as an
+        # `append` at its next sync (replay would load them twice)
+        turns = [t for t in durable_turns(session.home, session.user, session.name) if t.turn <= session.turn_count]
         known = session.directory.uids
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}

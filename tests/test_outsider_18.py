@@ -41,6 +41,28 @@ def test_a_trace_begun_after_another_process_flushed_replays(config, tmp_path):
     a.close()
 
 
+def test_a_trace_begun_holding_another_live_processs_unflushed_turns_replays(config, tmp_path):
+    """The other way round: the session took in turns another live process had only in its journal, so
+    the snapshot read from the store lacked them (0 turns for a session of 4) and replay numbered the
+    next turn 1 where the recording had 5."""
+    a, b = Home(config, embedder=HashEmbedder()), Home(config, embedder=HashEmbedder())
+    sb = b.open("shared")
+    say(sb, 4)
+    sa = a.open("shared")          # takes b's turns in from b's journal: b has flushed nothing
+    assert sa.turn_count == 4
+    writer = TraceWriter(tmp_path / "a.jsonl")
+    sa.events.listeners.append(writer)
+    agent = Agent(sa, HandlerModel(OfflineShell()))
+    begin(sa, "pager/offline", agent.budget)
+    say(sb, 2, start=100)
+    agent.ask("what does turn 2 say?")
+    writer.close()
+    run = replay(writer.path, check=True)
+    assert run.divergence is None, run.divergence.describe()
+    b.close()
+    a.close()
+
+
 @pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
                                          ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1")])
 def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_path, monkeypatch, flag, value):
