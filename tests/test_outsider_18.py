@@ -8,6 +8,8 @@ from typer.testing import CliRunner
 from pager.agent import Agent
 from pager.cli.app import app
 from pager.embed import HashEmbedder
+from pager.errors import InputError
+from pager.fsck import check
 from pager.home import Home
 from pager.model import HandlerModel
 from pager.offline import OfflineShell
@@ -61,6 +63,45 @@ def test_a_trace_begun_holding_another_live_processs_unflushed_turns_replays(con
     assert run.divergence is None, run.divergence.describe()
     b.close()
     a.close()
+
+
+@pytest.mark.parametrize("field, value", [("date", 3), ("date", ["8 May 2023"]), ("role", 1)])
+def test_a_turn_posted_with_a_field_of_the_wrong_type_is_refused_not_acknowledged_and_lost(tmp_path, field, value):
+    """`POST /sessions/s/turns` with `"date": 3` answered 201 with its turn number; the journal frame
+    held an int date, so every flush of the server's home failed from then on (a 500 for any request
+    that flushes, every session's turns kept from the store), and at the next start recovery skipped
+    the record as damaged: an acknowledged turn lost, a gap in the numbers. Refused now with 400
+    naming the field, before anything is written; the server goes on storing."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "before"}]}).status_code == 201
+            bad = {"content": "the wrong type", "role": "user", field: value}
+            refused = http.post("/sessions/s/turns", json={"messages": [bad]})
+            assert refused.status_code == 400 and field in refused.json()["error"]["message"], refused.text
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "after"}]}).json()["turns"] == [2]
+            listed = http.get("/sessions/s/turns")
+            assert listed.status_code == 200, listed.text
+            assert [t["content"] for t in listed.json()["turns"]] == ["before", "after"]
+    finally:
+        running.stop()
+    with Home(running.config, embedder=HashEmbedder()) as home:   # the next start: nothing skipped, no gap
+        report = check(home, "", "s")
+        assert report.ok and report.turns == 2, report.problems
+
+
+@pytest.mark.parametrize("message", [{"date": 3}, {"role": 7}, {"ts": "soon"}, {"ts": True}, {"ts": -1.0},
+                                     {"ts": float("nan")}, {"ts": 1e20}])
+def test_the_library_refuses_a_message_field_the_journal_could_not_read_back(config, message):
+    """The same through the library, and a `ts` that is no time (a string was a ValueError from float(),
+    NaN was accepted): InputError naming the field, nothing written."""
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open("lib")
+        with pytest.raises(InputError, match=next(iter(message))):
+            s.append_many([{"speaker": "ann", "text": "typed wrong", **message}])
+        assert s.turn_count == 0
 
 
 @pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
