@@ -125,6 +125,8 @@ async def _json(request, limit: int) -> object:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"the body is not valid JSON ({exc})", code="invalid_json") from None
+    except RecursionError:
+        raise RequestError("the body's JSON is nested too deeply to read; send flatter JSON", code="invalid_json") from None
 
 
 def _too_large(limit: int) -> RequestError:

@@ -230,6 +230,14 @@ class Session:
             if m.get(name) is not None and not isinstance(m[name], str):
                 raise InputError(f"a message's {name!r} must be text, not {type(m[name]).__name__} "
                                  f"{str(m[name])[:40]}; send it as a string")
+        for name in ("text", "speaker", "role", "date", "ref", "key"):   # the journal writes UTF-8
+            value = m.get(name)
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode()
+                except UnicodeEncodeError as exc:
+                    raise InputError(f"the message's {name!r} holds a lone surrogate ({value[exc.start]!a}), which is not "
+                                     "valid Unicode; send valid UTF-8") from None
         ts = m.get("ts")
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts <= MAX_TS):
             raise InputError(f"a message's 'ts' is seconds since the epoch, a number from 0 to {MAX_TS:.0f} "

@@ -92,11 +92,38 @@ def test_a_turn_posted_with_a_field_of_the_wrong_type_is_refused_not_acknowledge
         assert report.ok and report.turns == 2, report.problems
 
 
+def test_a_lone_surrogate_or_json_nested_too_deep_is_a_400_not_a_500(tmp_path):
+    """JSON may spell a lone surrogate ("\\ud800") that no UTF-8 file can hold: `POST /sessions/s/turns`
+    and the chat completions answered 500 (the journal frame, or the conversation's key, could not be
+    encoded), as did a 200 KB body of nested arrays (json's RecursionError). Each is a 400 saying what
+    to change; nothing is stored and the session goes on."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    lone = '"lone \\ud800 surrogate"'
+    chat = '{"model": "offline", "messages": [{"role": "user", "content": %s}]}'
+    try:
+        with running.http() as http:
+            sent = [http.post("/sessions/s/turns", content='{"messages": [{"role": "user", "content": %s}]}' % lone),
+                    http.post("/sessions/s/turns", content='{"messages": [{"content": "x", "speaker": %s}]}' % lone),
+                    http.post("/v1/chat/completions", content=chat % lone, headers={"X-Pager-Session": "s"}),
+                    http.post("/v1/chat/completions", content='{"model": "offline", "messages": %s}' % ("[" * 50_000 + "]" * 50_000)),
+                    http.post("/sessions/s/turns", content='{"messages": %s}' % ("[" * 50_000 + "]" * 50_000))]
+            for answer in sent:
+                assert answer.status_code == 400, answer.text
+                assert "surrogate" in answer.text or "nested" in answer.text, answer.text
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "after"}]}).json()["turns"] == [1]
+    finally:
+        running.stop()
+
+
 @pytest.mark.parametrize("message", [{"date": 3}, {"role": 7}, {"ts": "soon"}, {"ts": True}, {"ts": -1.0},
-                                     {"ts": float("nan")}, {"ts": 1e20}])
+                                     {"ts": float("nan")}, {"ts": 1e20}, {"text": "lone \ud800"},
+                                     {"speaker": "b\udc80b"}, {"key": "k\ud800"}])
 def test_the_library_refuses_a_message_field_the_journal_could_not_read_back(config, message):
-    """The same through the library, and a `ts` that is no time (a string was a ValueError from float(),
-    NaN was accepted): InputError naming the field, nothing written."""
+    """The same through the library, a `ts` that is no time (a string was a ValueError from float(),
+    NaN was accepted) and a lone surrogate (a UnicodeEncodeError from the journal): InputError naming
+    the field, nothing written."""
     with Home(config, embedder=HashEmbedder()) as home:
         s = home.open("lib")
         with pytest.raises(InputError, match=next(iter(message))):
