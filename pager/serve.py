@@ -572,6 +572,7 @@ def listen(host: str, port: int):
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)   # before "pager serve on …" is said: a client that connects then waits, never refused
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port "
@@ -581,7 +582,8 @@ def listen(host: str, port: int):
 
 def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits(),
           max_open: int = 256, idle_s: float = 600.0, on_listening=None) -> None:
-    """Run until interrupted (the CLI's `pager serve`); `on_listening(port)` once the port is bound."""
+    """Run until interrupted (the CLI's `pager serve`); `on_listening(port)` once the port takes connections
+    (they wait in its backlog while the home opens)."""
     import uvicorn
 
     keys = KeyRing(config.home)

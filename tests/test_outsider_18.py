@@ -147,3 +147,20 @@ def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_p
                                 env={"PAGER_EMBEDDER": "hash"})
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit) and flag in result.output, (result.output, result.exception)
+
+
+def test_serve_takes_connections_once_it_says_it_serves():
+    """`pager serve` printed "pager serve on http://…" when its port was bound but not listening; a
+    script that waited for that line and connected was refused (ECONNREFUSED, 3 of 3 tries here) for
+    the second or so the home took to open. The socket listens before the line: a client connecting
+    then waits in the backlog."""
+    import socket
+
+    from pager.serve import listen
+
+    sock = listen("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=30):
+            pass
+    finally:
+        sock.close()
