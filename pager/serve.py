@@ -589,10 +589,14 @@ def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Lim
     keys = KeyRing(config.home)
     check_host(host, keys)
     sock = listen(host, port)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:   # the home opens before the server says it serves: one it cannot write is said, not served
+        engine = Engine(config, max_open=max_open, idle_s=idle_s)
+    except BaseException:
+        sock.close()
+        raise
     if on_listening:
         on_listening(sock.getsockname()[1])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    engine = Engine(config, max_open=max_open, idle_s=idle_s)
     app = Server(engine, keys, limits, host).app()
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
 

@@ -164,3 +164,24 @@ def test_serve_takes_connections_once_it_says_it_serves():
             pass
     finally:
         sock.close()
+
+
+def test_keys_on_a_home_that_cannot_be_written_is_one_line(tmp_path):
+    """`pager keys create` on a read-only home was a traceback (OSError from the keys' lock file); a home
+    under a file is the same failure without needing a read-only mount. One line naming --home now."""
+    (tmp_path / "file").write_text("not a folder")
+    home = str(tmp_path / "file" / "home")
+    for args in (["keys", "create", "--tenant", "acme"], ["keys", "revoke", "3f9c2a7b1d04"]):
+        result = CliRunner().invoke(app, ["--home", home, *args])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+        assert "cannot write the keys" in result.output and "--home" in result.output, result.output
+
+
+def test_serve_on_a_home_it_cannot_open_never_claims_to_serve(tmp_path):
+    """`pager serve` on a read-only home said "pager serve on http://…" and then failed to open the
+    home: a script waiting for that line connected to a server about to exit. The home opens first."""
+    (tmp_path / "file").write_text("not a folder")
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "file" / "home"), "serve", "--port", "0"],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 1 and "pager home" in result.output, result.output
+    assert "pager serve on" not in result.output
