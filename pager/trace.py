@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from .errors import InputError
 from .facts import fact_record
+from .formats import json_lines
 from .summaries import summary_record
 
 TRACE_VERSION = 1
@@ -145,7 +146,7 @@ def read_trace(path: Path) -> Iterator[dict]:
     """The events of a trace file; a torn last line is skipped, a damaged middle names its line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = json_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"no trace at {path}; list traces with `ls ~/.pager/traces`") from None
     except IsADirectoryError:

@@ -1,6 +1,8 @@
 """What an outside tester found running pager as a newcomer would: several `pager chat` processes on
 one session with readers in between, `pager serve` options given as a user might type them."""
 
+import json
+
 import pytest
 
 from typer.testing import CliRunner
@@ -185,3 +187,32 @@ def test_serve_on_a_home_it_cannot_open_never_claims_to_serve(tmp_path):
                                 env={"PAGER_EMBEDDER": "hash"})
     assert result.exit_code == 1 and "pager home" in result.output, result.output
     assert "pager serve on" not in result.output
+
+
+SEPARATORS = "a line\u2028a paragraph\u2029a NEL\u0085the end"
+
+
+def test_text_with_unicode_line_separators_survives_export_ingest_and_replay(tmp_path):
+    """JSON keeps U+2028, U+2029 and U+0085 raw inside strings (text pasted from a web page or a word
+    processor holds them), and pager read JSONL and traces with str.splitlines, which ends a line at
+    each: `pager ingest` refused such a file ("not JSON", naming a line that was half of one), so did
+    `pager ingest` of pager's own export, and a chat whose message held one left a trace that
+    `pager replay` and `pager trace show` refused. Only \\n and \\r end a line now."""
+    home = ["--home", str(tmp_path)]
+    source = tmp_path / "pasted.jsonl"
+    source.write_text(json.dumps({"speaker": "ann", "text": SEPARATORS}, ensure_ascii=False) + "\n", encoding="utf-8")
+    run = CliRunner()
+    imported = run.invoke(app, [*home, "ingest", str(source), "-s", "notes"], env={"PAGER_EMBEDDER": "hash"})
+    assert imported.exit_code == 0, imported.output
+    chatted = run.invoke(app, [*home, "chat", "-s", "notes"], input=f"{SEPARATORS} again\n/quit\n",
+                         env={"PAGER_EMBEDDER": "hash"})
+    assert chatted.exit_code == 0, chatted.output
+    out = tmp_path / "notes.jsonl"
+    assert run.invoke(app, [*home, "export", "-s", "notes", "--out", str(out)], env={"PAGER_EMBEDDER": "hash"}).exit_code == 0
+    assert [json.loads(line)["text"] for line in out.read_text(encoding="utf-8").split("\n") if line][:2] == \
+        [SEPARATORS, f"{SEPARATORS} again"]
+    again = run.invoke(app, [*home, "ingest", str(out), "-s", "notes"], env={"PAGER_EMBEDDER": "hash"})
+    assert again.exit_code == 0 and "0 new turns" in again.output, again.output
+    trace = next((tmp_path / "traces").glob("notes-chat-*.jsonl"))
+    replayed = run.invoke(app, [*home, "replay", str(trace), "--check"], env={"PAGER_EMBEDDER": "hash"})
+    assert replayed.exit_code == 0, replayed.output
