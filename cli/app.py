@@ -739,9 +739,9 @@ def serve(
     """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
     from pager.serve import Limits, serve as run
 
-    if idle <= 0 or max_open < 1:
+    if not idle > 0 or max_open < 1:   # "not above", so that nan is refused too
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
-    if max_body < 1 or max_messages < 1 or timeout <= 0:
+    if max_body < 1 or max_messages < 1 or not timeout > 0:
         raise PagerError("--max-body and --max-messages must be at least 1 and --timeout above 0 seconds "
                          "(the defaults: --max-body 4194304 --max-messages 2048 --timeout 120)")
     config = load_config(ctx, model=model, budget=budget)

@@ -134,7 +134,8 @@ def test_the_library_refuses_a_message_field_the_journal_could_not_read_back(con
 
 
 @pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
-                                         ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1")])
+                                         ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1"),
+                                         ("--timeout", "nan"), ("--idle", "nan")])
 def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_path, monkeypatch, flag, value):
     """`pager serve --max-body 0` (or -1) died with a traceback from the MCP library; --max-messages 0
     served, then refused every chat request, --timeout 0 answered every turn 504. Each is one line at
@@ -216,3 +217,14 @@ def test_text_with_unicode_line_separators_survives_export_ingest_and_replay(tmp
     trace = next((tmp_path / "traces").glob("notes-chat-*.jsonl"))
     replayed = run.invoke(app, [*home, "replay", str(trace), "--check"], env={"PAGER_EMBEDDER": "hash"})
     assert replayed.exit_code == 0, replayed.output
+
+
+@pytest.mark.parametrize("setting", ["PAGER_LEASE_S", "PAGER_LEASE_WAIT_S", "PAGER_LEASE_IDLE_S", "PAGER_RECENCY_WEIGHT"])
+def test_a_setting_of_nan_is_refused_like_any_other_non_number(tmp_path, setting):
+    """`PAGER_LEASE_S=nan` passed the check that a lease is above 0 (every comparison with NaN is
+    false) and `PAGER_RECENCY_WEIGHT=nan` the check that it is not negative: a lease that never lapses
+    or is never held, NaN scores. Refused now, naming the setting."""
+    (tmp_path / "one.jsonl").write_text('{"speaker": "ann", "text": "hello there"}\n')
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(tmp_path / "one.jsonl")],
+                                env={"PAGER_EMBEDDER": "hash", setting: "nan"})
+    assert result.exit_code == 2 and setting in result.output, result.output
