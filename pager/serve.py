@@ -433,8 +433,11 @@ class Server:
                 raise RequestError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
             draft = {"text": text, "role": m.get("role", "user"), "speaker": m.get("speaker") or m.get("name") or "",
                      "date": m.get("date") or "", "ref": m.get("ref") or ""}
-            if isinstance(m.get("key"), str) and m["key"]:
-                draft["key"] = m["key"][:128]
+            if m.get("key") is not None:   # as `pager ingest` reads a line's key: cut or ignored, a retry would store twice
+                if not isinstance(m["key"], str) or not m["key"] or len(m["key"]) > 200:
+                    raise RequestError(f"messages[{i}].key must be a non-empty string of at most 200 characters",
+                                       param=f"messages[{i}].key")
+                draft["key"] = m["key"]
             drafts.append(draft)
 
         def run():

@@ -228,3 +228,27 @@ def test_a_setting_of_nan_is_refused_like_any_other_non_number(tmp_path, setting
     result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "ingest", str(tmp_path / "one.jsonl")],
                                 env={"PAGER_EMBEDDER": "hash", setting: "nan"})
     assert result.exit_code == 2 and setting in result.output, result.output
+
+
+def test_a_turn_key_that_is_not_a_short_string_is_refused_not_ignored_or_cut(tmp_path):
+    """`POST /sessions/s/turns` ignored a key that was not a string (`"key": 5`, an id straight from a
+    database) and cut a longer one to 128 characters: the retry of the first was stored twice, and of
+    two messages whose keys shared their first 128 characters the second was answered with the first's
+    turn and never stored. A key is what `pager ingest` takes: a non-empty string of at most 200
+    characters; anything else is a 400 and nothing is stored."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    long = "conversation-" + "7" * 120
+    try:
+        with running.http() as http:
+            for key in (5, "", long + "-a" + "x" * 70):
+                refused = http.post("/sessions/s/turns", json={"messages": [{"content": "keyed", "key": key}]})
+                assert refused.status_code == 400 and "key" in refused.json()["error"]["message"], refused.text
+            first = http.post("/sessions/s/turns", json={"messages": [{"content": "one", "key": long + "-1"}]})
+            second = http.post("/sessions/s/turns", json={"messages": [{"content": "two", "key": long + "-2"}]})
+            assert (first.json()["turns"], second.json()["turns"]) == ([1], [2]), (first.text, second.text)
+            again = http.post("/sessions/s/turns", json={"messages": [{"content": "two", "key": long + "-2"}]})
+            assert again.json()["turns"] == [2] and again.json()["total_turns"] == 2, again.text
+    finally:
+        running.stop()
