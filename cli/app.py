@@ -674,11 +674,11 @@ def bench_scale(
 @bench_app.command("serve")
 @handles_errors
 def bench_serve(
-    clients: int = typer.Option(32, "--clients", help="clients with a session each"),
-    shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
-    turns: int = typer.Option(50, "--turns", help="chat calls per client"),
-    alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
-    earlier: int = typer.Option(0, "--earlier", help="turns written to each session before the run (about 2 per page)"),
+    clients: int = typer.Option(32, "--clients", min=1, help="clients with a session each"),
+    shared: int = typer.Option(8, "--shared", min=0, help="more clients, all on one shared session"),
+    turns: int = typer.Option(50, "--turns", min=1, help="chat calls per client"),
+    alone_turns: int = typer.Option(10, "--alone-turns", min=1, help="calls per session afterwards, one at a time"),
+    earlier: int = typer.Option(0, "--earlier", min=0, help="turns written to each session before the run (about 2 per page)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
 ) -> None:

@@ -270,3 +270,18 @@ def test_the_source_tree_imports_whole_without_an_editable_install():
             "assert pager.__file__.startswith(sys.argv[1]), pager.__file__")
     done = subprocess.run([sys.executable, "-c", code, str(root)], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args", [["--clients", "0"], ["--turns", "0"], ["--alone-turns", "0"], ["--shared", "-1"],
+                                  ["--earlier", "-5"]])
+def test_bench_serve_refuses_counts_it_cannot_measure_before_it_runs(tmp_path, monkeypatch, args):
+    """`pager bench serve --clients 0` (or --alone-turns 0, or a negative count) ran the whole load and
+    then died with ZeroDivisionError computing its ratios. Refused by the option, before anything runs."""
+    import pager.bench.serve
+
+    def runs(*a, **kw):
+        raise AssertionError("the bench ran")
+
+    monkeypatch.setattr(pager.bench.serve, "main", runs)
+    result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", "serve", *args])
+    assert result.exit_code == 2 and args[0] in result.output, result.output
