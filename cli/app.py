@@ -609,8 +609,8 @@ def bench_locomo(
     plot: Optional[Path] = typer.Option(None, "--plot", help="draw recall against budget to this PNG"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens"),
     policy: Optional[str] = typer.Option(None, "--policy"),
-    conversations: Optional[int] = typer.Option(None, "--conversations", help="only the first N conversations"),
-    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions of each"),
+    conversations: Optional[int] = typer.Option(None, "--conversations", min=1, help="only the first N conversations"),
+    questions: Optional[int] = typer.Option(None, "--questions", min=1, help="only the first N questions of each"),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
     memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
@@ -704,7 +704,7 @@ def bench_trace(
     conversation: str = typer.Option(..., "--conversation", help="sample id, e.g. conv-26"),
     out: Path = typer.Option(..., "--out", help="where to write the trace"),
     budget: int = typer.Option(4096, "--budget"),
-    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions"),
+    questions: Optional[int] = typer.Option(None, "--questions", min=1, help="only the first N questions"),
 ) -> None:
     """Record a trace: one LoCoMo conversation ingested, then its questions asked to the offline agent."""
     from pager.bench.record import record

@@ -285,3 +285,20 @@ def test_bench_serve_refuses_counts_it_cannot_measure_before_it_runs(tmp_path, m
     monkeypatch.setattr(pager.bench.serve, "main", runs)
     result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", "serve", *args])
     assert result.exit_code == 2 and args[0] in result.output, result.output
+
+
+@pytest.mark.parametrize("args", [["locomo", "--conversations", "0"], ["locomo", "--conversations", "-1"],
+                                  ["locomo", "--questions", "0"], ["trace", "--conversation", "c1", "--questions", "0"]])
+def test_bench_locomo_and_trace_refuse_no_conversations_or_questions(tmp_path, args):
+    """`pager bench locomo --conversations 0` (or -1, a slice from the end) died with KeyError 'pager'
+    after loading the data; `--questions 0` printed a table of recall 0.000 and all_hit 1.000 over no
+    question. Refused by the option."""
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "My dog is called Coco."}]},
+        "qa": [{"question": "What is Ann's dog called?", "answer": "Coco", "evidence": ["D1:1"], "category": 1}]}]))
+    more = ["--out", str(tmp_path / "t.jsonl")] if args[0] == "trace" else ["--no-baselines"]
+    result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", args[0], "--data", str(data), *args[1:], *more],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 2 and ("--conversations" in result.output or "--questions" in result.output), result.output
