@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 from .config import Config
 from .engine import Engine
-from .errors import BudgetError, ConfigError, LeaseHeld, PagerError
+from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError
 from .keys import KeyRing
-from .llm import UNROUTABLE, routable
+from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
                     error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
 
@@ -458,9 +458,11 @@ class Server:
         if not self._models_ready and req.model != OFFLINE_NAME:
             await asyncio.to_thread(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
-        if req.model != OFFLINE_NAME and not routable(req.model):   # no call of it can work: nothing is stored
-            raise RequestError(f"model {req.model!r} {UNROUTABLE}, or use model 'offline'", 404,
-                               code="model_not_found", param="model")
+        if req.model != OFFLINE_NAME:
+            try:   # no provider, or no key for it where the server runs: no call of it can work, nothing is stored
+                LiteLLMModel(req.model).check("use model 'offline'")
+            except ModelError as exc:
+                raise RequestError(str(exc), 404, code="model_not_found", param="model") from None
         loop, begun = asyncio.get_running_loop(), asyncio.Event()
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
                                lambda: loop.call_soon_threadsafe(begun.set), tenant=tenant, name=req.session)

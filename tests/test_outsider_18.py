@@ -302,3 +302,23 @@ def test_bench_locomo_and_trace_refuse_no_conversations_or_questions(tmp_path, a
     result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", args[0], "--data", str(data), *args[1:], *more],
                                 env={"PAGER_EMBEDDER": "hash"})
     assert result.exit_code == 2 and ("--conversations" in result.output or "--questions" in result.output), result.output
+
+
+def test_a_model_the_server_has_no_key_for_is_refused_naming_the_key(tmp_path, monkeypatch):
+    """`"model": "openai/gpt-4o-mini"` (the README's own example of a provider/model name) on a server
+    without OPENAI_API_KEY stored the message, tried litellm twice and answered 502 "the model failed …
+    try again later": no later try could work. `pager chat --model` says at start which key is
+    missing; the server now says the same, 404 model_not_found, before anything is stored."""
+    from test_serve import Running
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            r = http.post("/v1/chat/completions", headers={"X-Pager-Session": "k"}, json={
+                "model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "remember 77"}]})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+            assert "OPENAI_API_KEY" in r.json()["error"]["message"] and "offline" in r.json()["error"]["message"]
+            assert http.get("/sessions/k").status_code == 404   # nothing stored
+    finally:
+        running.stop()
