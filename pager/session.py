@@ -7,6 +7,7 @@ Pages are never deleted: eviction only changes residency.
 
 from __future__ import annotations
 
+import numbers
 import time
 import uuid
 from typing import TYPE_CHECKING, Iterable
@@ -239,7 +240,7 @@ class Session:
                     raise InputError(f"the message's {name!r} holds a lone surrogate ({value[exc.start]!a}), which is not "
                                      "valid Unicode; send valid UTF-8") from None
         ts = m.get("ts")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float)) or not 0 <= ts <= MAX_TS):
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, numbers.Real) or not 0 <= float(ts) <= MAX_TS):
             raise InputError(f"a message's 'ts' is seconds since the epoch, a number from 0 to {MAX_TS:.0f} "
                              f"(year 9999), not {str(ts)[:40]}")
         if ts is None:

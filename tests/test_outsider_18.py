@@ -131,6 +131,10 @@ def test_the_library_refuses_a_message_field_the_journal_could_not_read_back(con
         with pytest.raises(InputError, match=next(iter(message))):
             s.append_many([{"speaker": "ann", "text": "typed wrong", **message}])
         assert s.turn_count == 0
+        import numpy as np
+
+        s.append_many([{"speaker": "ann", "text": "a numpy time is a time", "ts": np.float32(1.7e9)}])   # as before
+        assert s.turn_count == 1
 
 
 @pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
