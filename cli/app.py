@@ -619,8 +619,8 @@ def bench_locomo(
     plot: Optional[Path] = typer.Option(None, "--plot", help="draw recall against budget to this PNG"),
     page_tokens: Optional[int] = typer.Option(None, "--page-tokens"),
     policy: Optional[str] = typer.Option(None, "--policy"),
-    conversations: Optional[int] = typer.Option(None, "--conversations", help="only the first N conversations"),
-    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions of each"),
+    conversations: Optional[int] = typer.Option(None, "--conversations", min=1, help="only the first N conversations"),
+    questions: Optional[int] = typer.Option(None, "--questions", min=1, help="only the first N questions of each"),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
     memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
@@ -691,11 +691,11 @@ def bench_scale(
 @bench_app.command("serve")
 @handles_errors
 def bench_serve(
-    clients: int = typer.Option(32, "--clients", help="clients with a session each"),
-    shared: int = typer.Option(8, "--shared", help="more clients, all on one shared session"),
-    turns: int = typer.Option(50, "--turns", help="chat calls per client"),
-    alone_turns: int = typer.Option(10, "--alone-turns", help="calls per session afterwards, one at a time"),
-    earlier: int = typer.Option(0, "--earlier", help="turns written to each session before the run (about 2 per page)"),
+    clients: int = typer.Option(32, "--clients", min=1, help="clients with a session each"),
+    shared: int = typer.Option(8, "--shared", min=0, help="more clients, all on one shared session"),
+    turns: int = typer.Option(50, "--turns", min=1, help="chat calls per client"),
+    alone_turns: int = typer.Option(10, "--alone-turns", min=1, help="calls per session afterwards, one at a time"),
+    earlier: int = typer.Option(0, "--earlier", min=0, help="turns written to each session before the run (about 2 per page)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
 ) -> None:
@@ -721,7 +721,7 @@ def bench_trace(
     conversation: str = typer.Option(..., "--conversation", help="sample id, e.g. conv-26"),
     out: Path = typer.Option(..., "--out", help="where to write the trace"),
     budget: int = typer.Option(4096, "--budget"),
-    questions: Optional[int] = typer.Option(None, "--questions", help="only the first N questions"),
+    questions: Optional[int] = typer.Option(None, "--questions", min=1, help="only the first N questions"),
 ) -> None:
     """Record a trace: one LoCoMo conversation ingested, then its questions asked to the offline agent."""
     from pager.bench.record import record
@@ -756,8 +756,11 @@ def serve(
     """Serve memory over HTTP: OpenAI-compatible /v1/chat/completions, /mcp, REST, /healthz."""
     from pager.serve import Limits, serve as run
 
-    if idle <= 0 or max_open < 1:
+    if not idle > 0 or max_open < 1:   # "not above", so that nan is refused too
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
+    if max_body < 1 or max_messages < 1 or not timeout > 0:
+        raise PagerError("--max-body and --max-messages must be at least 1 and --timeout above 0 seconds "
+                         "(the defaults: --max-body 4194304 --max-messages 2048 --timeout 120)")
     config = load_config(ctx, model=model, budget=budget)
 
     def listening(bound: int) -> None:

@@ -17,12 +17,21 @@ imports litellm or lancedb (they load only on the paths that call a model or ope
 
 from __future__ import annotations
 
+import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .config import Config
 from .errors import (BudgetError, ConfigError, InputError, ModelError, PageNotFound, PagerError, StoreError,
                      ToolError)
+
+# Imported from a clone's source tree with no editable install (python started in the clone's root after
+# `pip install .`: the working folder comes first on sys.path), pager.tools, pager.cli and pager.prompts
+# are the top-level folders tools/, cli/ and prompts/, as pyproject's package-dir maps them when installed.
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(__path__[0], "prompts")) and os.path.isfile(os.path.join(_root, "pyproject.toml")) \
+        and os.path.isfile(os.path.join(_root, "prompts", "__init__.py")):
+    __path__.append(_root)
 
 if TYPE_CHECKING:
     from .agent import Agent, Reply

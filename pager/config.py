@@ -220,8 +220,10 @@ def _coerce(name: str, type_name: str, raw: str, source: str):
     try:
         if type_name == "int":
             return int(raw)
-        if type_name == "float":
+        if type_name == "float" and float(raw) == float(raw):   # NaN passes every "must be above" check unseen
             return float(raw)
+        if type_name == "float":
+            raise ValueError(raw)
     except ValueError:
         raise ConfigError(f"{source}={raw!r} is not a number; fix or unset {source}") from None
     return raw

@@ -42,6 +42,17 @@ def read_text(path: Path) -> str:
 
 # "ts" is seconds since the epoch, up to the last second of year 9999 (what dates can show)
 MAX_TS = 253402300799.0
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def json_lines(text: str) -> list[str]:
+    """The lines of a JSONL text, as str.splitlines gives them but for the line ends JSON keeps raw inside
+    a string (U+2028, U+2029, U+0085: text pasted from the web or a word processor): only \n and \r end
+    a line here, and those JSON always escapes."""
+    lines = _LINE_END.split(text)
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
 
 
 def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = None) -> dict[str, list[dict]]:
@@ -87,7 +98,7 @@ def _looks_like_locomo(text: str) -> bool:
 def _parse_jsonl(path: Path, content: str, session: str, undated: list | None = None) -> dict[str, list[dict]]:
     """The file's messages by session; `undated` gets (line number, date) of each line with a date and no ts."""
     out: dict[str, list[dict]] = {}
-    for number, line in enumerate(content.splitlines(), 1):
+    for number, line in enumerate(json_lines(content), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import InputError
+from .errors import InputError, StoreError
 
 FILE = "keys.json"
 VERSION = 1
@@ -69,7 +69,7 @@ class KeyRing:
     def _reload(self) -> None:
         try:
             st = self.path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):   # no keys (yet): the home itself is checked where it is opened
             self._records, self._stamp = {}, None
             return
         stamp = (st.st_mtime_ns, st.st_size)
@@ -122,8 +122,11 @@ class KeyRing:
     @contextmanager
     def _writing(self) -> Iterator[None]:
         """One writer at a time (two `pager keys create` at once both keep their key), on the latest file."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise self._refused(exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._stamp = None
@@ -134,10 +137,18 @@ class KeyRing:
 
     def _write(self, records: dict[str, KeyRecord]) -> None:
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"version": VERSION, "keys": [asdict(r) for r in records.values()]}, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"version": VERSION, "keys": [asdict(r) for r in records.values()]}, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:   # a read-only or full disk: the keys file stays as it was
+            tmp.unlink(missing_ok=True)
+            raise self._refused(exc) from None
         self._records, self._stamp = dict(records), None
+
+    def _refused(self, exc: OSError) -> StoreError:
+        return StoreError(f"cannot write the keys in {self.path.parent} ({exc.strerror or exc}); "
+                          "free disk space, fix its permissions, or pick another home with --home (or PAGER_HOME)")

@@ -237,6 +237,12 @@ def _message(m: object, i: int) -> tuple[str, str]:
         raise RequestError(f"{where}.content must be a string or an array of text parts", param=f"{where}.content")
     if "\x00" in text:
         raise RequestError(f"{where}.content contains a NUL character", param=f"{where}.content")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise RequestError(f"{where}.content holds a lone surrogate, which is not valid Unicode; send valid UTF-8",
+                               param=f"{where}.content") from None
     return role, text
 
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 from .config import Config
 from .engine import Engine
-from .errors import BudgetError, ConfigError, LeaseHeld, PagerError
+from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError
 from .keys import KeyRing
-from .llm import UNROUTABLE, routable
+from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
                     error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
 
@@ -125,6 +125,8 @@ async def _json(request, limit: int) -> object:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"the body is not valid JSON ({exc})", code="invalid_json") from None
+    except RecursionError:
+        raise RequestError("the body's JSON is nested too deeply to read; send flatter JSON", code="invalid_json") from None
 
 
 def _too_large(limit: int) -> RequestError:
@@ -431,8 +433,11 @@ class Server:
                 raise RequestError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
             draft = {"text": text, "role": m.get("role", "user"), "speaker": m.get("speaker") or m.get("name") or "",
                      "date": m.get("date") or "", "ref": m.get("ref") or ""}
-            if isinstance(m.get("key"), str) and m["key"]:
-                draft["key"] = m["key"][:128]
+            if m.get("key") is not None:   # as `pager ingest` reads a line's key: cut or ignored, a retry would store twice
+                if not isinstance(m["key"], str) or not m["key"] or len(m["key"]) > 200:
+                    raise RequestError(f"messages[{i}].key must be a non-empty string of at most 200 characters",
+                                       param=f"messages[{i}].key")
+                draft["key"] = m["key"]
             drafts.append(draft)
 
         def run():
@@ -453,9 +458,11 @@ class Server:
         if not self._models_ready and req.model != OFFLINE_NAME:
             await asyncio.to_thread(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
-        if req.model != OFFLINE_NAME and not routable(req.model):   # no call of it can work: nothing is stored
-            raise RequestError(f"model {req.model!r} {UNROUTABLE}, or use model 'offline'", 404,
-                               code="model_not_found", param="model")
+        if req.model != OFFLINE_NAME:
+            try:   # no provider, or no key for it where the server runs: no call of it can work, nothing is stored
+                LiteLLMModel(req.model).check("use model 'offline'")
+            except ModelError as exc:
+                raise RequestError(str(exc), 404, code="model_not_found", param="model") from None
         loop, begun = asyncio.get_running_loop(), asyncio.Event()
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
                                lambda: loop.call_soon_threadsafe(begun.set), tenant=tenant, name=req.session)
@@ -570,6 +577,7 @@ def listen(host: str, port: int):
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)   # before "pager serve on …" is said: a client that connects then waits, never refused
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port "
@@ -579,16 +587,21 @@ def listen(host: str, port: int):
 
 def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Limits = Limits(),
           max_open: int = 256, idle_s: float = 600.0, on_listening=None) -> None:
-    """Run until interrupted (the CLI's `pager serve`); `on_listening(port)` once the port is bound."""
+    """Run until interrupted (the CLI's `pager serve`); `on_listening(port)` once the port takes connections
+    (they wait in its backlog while the home opens)."""
     import uvicorn
 
     keys = KeyRing(config.home)
     check_host(host, keys)
     sock = listen(host, port)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:   # the home opens before the server says it serves: one it cannot write is said, not served
+        engine = Engine(config, max_open=max_open, idle_s=idle_s)
+    except BaseException:
+        sock.close()
+        raise
     if on_listening:
         on_listening(sock.getsockname()[1])
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    engine = Engine(config, max_open=max_open, idle_s=idle_s)
     app = Server(engine, keys, limits, host).app()
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
 

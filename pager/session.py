@@ -7,6 +7,7 @@ Pages are never deleted: eviction only changes residency.
 
 from __future__ import annotations
 
+import numbers
 import time
 import uuid
 from typing import TYPE_CHECKING, Iterable
@@ -15,6 +16,7 @@ import numpy as np
 
 from . import bookmarks as bm
 from .errors import BudgetError, InputError, PageNotFound, StoreError
+from .formats import MAX_TS
 from .frames import Frames
 from .page import Packer, Page, Turn, page_id, parse_page_id
 from .page_table import Entry, PageTable
@@ -226,7 +228,22 @@ class Session:
             raise InputError("an empty message has nothing to remember; send some text")
         if "\x00" in text:
             raise InputError("the message contains a NUL character; remove it and send again")
+        for name in ("role", "date"):   # the journal's reader refuses a turn whose fields are not text
+            if m.get(name) is not None and not isinstance(m[name], str):
+                raise InputError(f"a message's {name!r} must be text, not {type(m[name]).__name__} "
+                                 f"{str(m[name])[:40]}; send it as a string")
+        for name in ("text", "speaker", "role", "date", "ref", "key"):   # the journal writes UTF-8
+            value = m.get(name)
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode()
+                except UnicodeEncodeError as exc:
+                    raise InputError(f"the message's {name!r} holds a lone surrogate ({value[exc.start]!a}), which is not "
+                                     "valid Unicode; send valid UTF-8") from None
         ts = m.get("ts")
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, numbers.Real) or not 0 <= float(ts) <= MAX_TS):
+            raise InputError(f"a message's 'ts' is seconds since the epoch, a number from 0 to {MAX_TS:.0f} "
+                             f"(year 9999), not {str(ts)[:40]}")
         if ts is None:
             ts = (label_time(str(m["date"])) if m.get("date") else None) or self.clock()
         ts = float(ts)

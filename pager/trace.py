@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from .errors import InputError
 from .facts import fact_record
+from .formats import json_lines
 from .summaries import summary_record
 
 TRACE_VERSION = 1
@@ -145,7 +146,7 @@ def read_trace(path: Path) -> Iterator[dict]:
     """The events of a trace file; a torn last line is skipped, a damaged middle names its line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = json_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"no trace at {path}; list traces with `ls ~/.pager/traces`") from None
     except IsADirectoryError:
@@ -191,12 +192,19 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          **({"reranker": cfg.reranker, "rerank_pieces": cfg.rerank_pieces,
                              "rerank_facts": cfg.rerank_facts} if cfg.reranker else {})})
     if session.turn_count:
+        from .fsck import durable_turns
+
         session.home.flush()
-        turns = session.home.store.turns(session.user, session.name)
+        # what the session holds, no more and no less: turns it took in from a live process's journal are
+        # in no store yet, and another process may have stored more since it synced, which come in as an
+        # `append` at its next sync (replay would load them twice)
+        turns = [t for t in durable_turns(session.home, session.user, session.name) if t.turn <= session.turn_count]
+        known = session.directory.uids
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
                                         for t in turns], state=session.paging_state(),
-                     bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)],
+                     bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)
+                                if m.uid in known or not m.uid],
                      page_keywords=True,
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],
