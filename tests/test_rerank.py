@@ -132,7 +132,8 @@ def test_a_failing_reranker_is_an_event_and_the_context_is_pagers_own(tmp_path, 
     home.journal.close(remove=True)
 
 
-def test_a_session_with_a_reranker_replays_exactly_without_calling_it(tmp_path):
+def recorded(tmp_path) -> tuple:
+    """A trace of two questions to the offline agent on the surfer's session, with a scripted reranker."""
     path = tmp_path / "reranked.jsonl"
     reranker = Scripted()
 
@@ -142,6 +143,11 @@ def test_a_session_with_a_reranker_replays_exactly_without_calling_it(tmp_path):
 
     record(path, TALK, [QUESTION, "Which clubs does John go to?"],
            Config(budget=1024, session="john", embedder="hash", reranker="script/rerank"), "a reranker", setup=setup)
+    return path, reranker
+
+
+def test_a_session_with_a_reranker_replays_exactly_without_calling_it(tmp_path):
+    path, reranker = recorded(tmp_path)
     events = [json.loads(line) for line in path.read_text().splitlines()]
     kinds = [e["kind"] for e in events]
     assert kinds.count("facts_reranked") == kinds.count("pieces_reranked") == 2 and reranker.calls == 4
@@ -221,15 +227,7 @@ def test_a_local_rerank_server_reached_through_litellm_brings_the_answer(tmp_pat
 def test_the_timeline_has_a_lane_for_the_rerankers_answers(tmp_path):
     from pager import timeline
 
-    path = tmp_path / "reranked.jsonl"
-    reranker = Scripted()
-
-    def setup(session, agent):
-        session.home.reranker = reranker
-        session.add_facts(FACTS, "script")
-
-    record(path, TALK, [QUESTION, "Which clubs does John go to?"],
-           Config(budget=1024, session="john", embedder="hash", reranker="script/rerank"), "a reranker", setup=setup)
+    path, _ = recorded(tmp_path)
     made = timeline.write(path, tmp_path / "t.html")
     page = (tmp_path / "t.html").read_text()
     assert made.tiers["reranker answers"] == 4 and made.tiers["reranker failures"] == 0
