@@ -199,3 +199,46 @@ def test_a_memory_store_keeps_the_counts_it_is_given():
 
     store.put(Batch(pages=[page], vectors=[np.zeros((1, 256), dtype=np.float32)]))
     assert store.pages("", "s")[0][0].piece_tokens == (tokenizer.count("Maya: hello there"),)
+
+
+def test_two_homes_migrating_one_object_store_at_once_both_open_and_answer_the_same(tmp_path, s3):
+    """m008 on the local S3 server, raced: two homes open a schema-7 store at the same time (each in its
+    own thread, LanceDB's native calls without the GIL), both get the column and answer the same."""
+    import threading
+
+    env, uri = s3
+
+    def config(name):
+        return Config.load(env={**env, "PAGER_EMBEDDER": "hash"}, home=tmp_path / name, db=uri, budget=2048)
+
+    with Home(config("made"), embedder=HashEmbedder()) as home:
+        _long_session(home)
+    made = config("made")
+    store = LanceStore(made.db_uri, dim=HashEmbedder().dim, storage_options=made.storage_options)
+    store._tables["pages"].drop_columns(["piece_tokens"])   # as schema 7 left it
+    store._tables["meta"].delete("key = 'migration:m008_piece_tokens'")
+    store._tables["meta"].update(where="key = 'schema'", values={"value": "7"})
+    store.close()
+    question = "what did Maya say about the harbor budget?"
+    ready, answers, failures = threading.Barrier(2), {}, []
+
+    def open_and_ask(name):
+        try:
+            ready.wait()
+            with Home(config(name), embedder=HashEmbedder()) as home:
+                answers[name] = context.build(home.open("days"), question).memory
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            failures.append(f"{name}: {exc!r}")
+
+    threads = [threading.Thread(target=open_and_ask, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert answers["a"] == answers["b"]
+    store = LanceStore(made.db_uri, dim=HashEmbedder().dim, storage_options=made.storage_options)
+    assert "piece_tokens" in store._tables["pages"].schema.names
+    applied = store._tables["meta"].search().where("key = 'migration:m008_piece_tokens'").to_list()
+    assert len(applied) >= 1
+    store.close()
