@@ -47,16 +47,15 @@ class LiteLLMReranker:
 
     def __init__(self, model: str, timeout: float = 30.0) -> None:
         self.name, self.timeout = model, timeout
+        logger = logging.getLogger("LiteLLM")   # its rerank logs each failure; pager says it once, as an event
+        if not any(isinstance(f, _Said) for f in logger.filters):
+            logger.addFilter(_Said())
 
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         from .llm import litellm
 
-        module = litellm()
-        logger = logging.getLogger("LiteLLM")   # its rerank logs each failure; pager says it once, as an event
-        if not any(isinstance(f, _Said) for f in logger.filters):
-            logger.addFilter(_Said())
-        answer = module.rerank(model=self.name, query=query, documents=list(documents), top_n=len(documents),
-                                  return_documents=False, timeout=self.timeout)
+        answer = litellm().rerank(model=self.name, query=query, documents=list(documents), top_n=len(documents),
+                                   return_documents=False, timeout=self.timeout)
         out = [float("-inf")] * len(documents)
         for result in answer.results or []:
             index = result["index"]
@@ -84,6 +83,11 @@ STAGES = {"pieces": ("pieces_reranked", "pieces"), "facts": ("facts_reranked", "
 def _key(value):
     """A candidate as a dict key: a fact's number, or a piece's [page, position] from JSON as a tuple."""
     return tuple(value) if isinstance(value, list) else value
+
+
+def _said(key):
+    """A candidate as an event says it (JSON has no tuples): _key's inverse."""
+    return list(key) if isinstance(key, tuple) else key
 
 
 class Recorded:
@@ -121,7 +125,7 @@ def reordered(session, stage: str, message: str, keys: tuple, texts: Sequence[st
     if order is not None:
         return order
     kind, field = STAGES[stage]
-    said = [list(k) if isinstance(k, tuple) else k for k in keys]
+    said = [_said(k) for k in keys]
     try:
         order = _ask(reranker, stage, message, keys, texts)
     except Exception as exc:  # noqa: BLE001 - any failure of the reranker is an event, never a failed turn
@@ -129,7 +133,7 @@ def reordered(session, stage: str, message: str, keys: tuple, texts: Sequence[st
                      error=_error(exc))
         return None
     session.emit(kind, model=reranker.name, message=message, **{field: said},
-                 order=[list(k) if isinstance(k, tuple) else k for k in order])
+                 order=[_said(k) for k in order])
     if len(recent) >= RECENT:
         recent.pop(next(iter(recent)))
     recent[(stage, message, keys)] = order

@@ -58,6 +58,13 @@ def surfer(tmp_path, using=None, **kw):
     return home, s
 
 
+def built(s) -> tuple:
+    """The context for QUESTION at 1,024 tokens, and the events its making emitted."""
+    events: list = []
+    s.events.listeners.append(events.append)
+    return build(s, QUESTION, chat=False), events
+
+
 def shown(s, ctx) -> list[str]:
     return [s.facts.items[n - 1].text for n in ctx.facts]
 
@@ -70,9 +77,7 @@ def test_a_fact_the_reranker_prefers_reaches_a_budget_the_ranking_leaves_it_out_
 
     reranker = Scripted()
     home, s = surfer(tmp_path / "reranked", reranker, reranker="script/rerank", rerank_pieces=0, rerank_facts=60)
-    events = []
-    s.events.listeners.append(events.append)
-    ctx = build(s, QUESTION, chat=False)
+    ctx, events = built(s)
     assert ANSWER in shown(s, ctx) and "board sport" not in ctx.memory, "told by its fact, not by its page"
     assert ctx.tokens["memory"] == s.tokenizer.count(ctx.memory) <= 1024
     (asked,) = [e for e in events if e.kind == "facts_reranked"]
@@ -87,9 +92,7 @@ def test_a_fact_the_reranker_prefers_reaches_a_budget_the_ranking_leaves_it_out_
 def test_a_turn_the_reranker_prefers_among_the_searchs_pieces_reaches_the_context(tmp_path):
     reranker = Scripted()
     home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_pieces=100, rerank_facts=0)
-    events = []
-    s.events.listeners.append(events.append)
-    ctx = build(s, QUESTION, chat=False)
+    ctx, events = built(s)
     (asked,) = [e for e in events if e.kind == "pieces_reranked"]
     page, place = asked.data["order"][0]
     assert s.pages[page].spans[place][0] == 21, "the beach turn's piece goes first"
@@ -104,9 +107,7 @@ def test_a_turn_the_reranker_prefers_among_the_searchs_pieces_reaches_the_contex
 def test_only_the_candidates_are_reordered(tmp_path):
     reranker = Scripted()
     home, s = surfer(tmp_path, reranker, reranker="script/rerank", rerank_pieces=0, rerank_facts=5)
-    events = []
-    s.events.listeners.append(events.append)
-    build(s, QUESTION, chat=False)
+    _, events = built(s)
     (asked,) = [e for e in events if e.kind == "facts_reranked"]
     assert len(asked.data["facts"]) == 5
     assert all(s.facts.items[n - 1].text != ANSWER for n in asked.data["facts"]), \
@@ -121,9 +122,7 @@ def test_a_failing_reranker_is_an_event_and_the_context_is_pagers_own(tmp_path, 
     plain = build(s, QUESTION, chat=False)
     home.journal.close(remove=True)
     home, s = surfer(tmp_path / "failing", reranker, reranker="script/rerank")
-    events = []
-    s.events.listeners.append(events.append)
-    ctx = build(s, QUESTION, chat=False)
+    ctx, events = built(s)
     assert ctx.memory == plain.memory and ctx.facts == plain.facts
     failed = [e for e in events if e.kind == "rerank_failed"]
     assert sorted(e.data["stage"] for e in failed) == ["facts", "pieces"]
