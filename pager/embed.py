@@ -63,10 +63,56 @@ class WordLlamaEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         if len(texts) <= self.ONE_BY_ONE:
             return np.concatenate([self._embed_one(t) for t in texts])
-        vectors = self._model.embed(list(texts), norm=True)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        return self._embed_many(list(texts))
 
     ONE_BY_ONE = 4   # up to this many texts (a query, its words) skip the batch tokenizer's thread pool
+    CELLS = 1 << 16  # token slots (texts x the longest of them) pooled in one step of _embed_many
+
+    def _embed_many(self, texts: list[str]) -> np.ndarray:
+        """Many texts as wordllama's batch path embeds them, the same bits, in a few large steps.
+
+        wordllama tokenizes and pools 64 texts at a time, and each step of each batch lets go of the
+        interpreter's lock and waits to take it back: beside a busy thread (the ingest's packing, while
+        its helper thread embeds) each wait is a switch interval, and 1,000 texts took 5-7x their time
+        (BENCHMARKS.md, ingest, eighth round). Here the texts are tokenized in one call, sorted by
+        length and pooled in as few groups as CELLS allows. A text's vector is the sum of its token
+        vectors in order, as any padding to a longer text leaves it (the mask adds exact zeros), so
+        the grouping changes no bit (tests/test_embed.py)."""
+        from itertools import chain
+
+        model = self._model
+        encoded = self._plain().encode_batch(texts, add_special_tokens=False)
+        ids = [e.ids for e in encoded]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), model.embedding.shape[1]), dtype=np.float32)
+        start = 0
+        while start < len(order):
+            end = start + 1   # the longest group of the next texts (by length) whose slots fit CELLS
+            while end < len(order) and (end + 1 - start) * int(lengths[order[end]]) <= self.CELLS:
+                end += 1
+            group = order[start:end]
+            width = max(int(lengths[group[-1]]), 1)
+            mask = np.arange(width) < lengths[group][:, None]
+            tokens = np.zeros(mask.shape, dtype=np.int32)
+            tokens[mask] = np.fromiter(chain.from_iterable(ids[i] for i in group.tolist()), dtype=np.int32,
+                                       count=int(lengths[group].sum()))
+            np.clip(tokens, 0, model.embedding.shape[0] - 1, out=tokens)
+            pooled = model.avg_pool(model.embedding[tokens], mask.astype(np.float32))
+            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+            out[group] = pooled
+            start = end
+        return out
+
+    def _plain(self):
+        """wordllama's tokenizer without its padding: _embed_many pads each group itself."""
+        plain = getattr(self, "_plain_tokenizer", None)
+        if plain is None:
+            import copy
+
+            plain = self._plain_tokenizer = copy.deepcopy(self._model.tokenizer)
+            plain.no_padding()
+        return plain
 
     def _embed_one(self, text: str) -> np.ndarray:
         """One text as wordllama's batch path embeds it (the same operations, so the same bits): a

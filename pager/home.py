@@ -499,7 +499,6 @@ class Home:
                     if not s.settled:  # the session's first transaction fixes how its pages are cut
                         ops.append({**s.settings(), "user": s.user, "session": s.name})
                     ops += [{"op": "turn", **t.to_dict()} for t in plans[s][0]]
-                counting = {s: self._count_early(s, plans[s][0]) for s in written}   # first: packing needs them first
                 early = self._embed_early([t for s in written for t in plans[s][0]])
                 try:
                     self.journal.append(ops)
@@ -518,7 +517,6 @@ class Home:
             for s in written:
                 if early is not None:
                     s.embedding_early.append((early, [t.text for t in plans[s][0]]))
-                s.counting += counting[s]
             for s in order:
                 s.take_accepted(plans[s][0], origin)
             self.maybe_flush()
@@ -532,30 +530,14 @@ class Home:
         Session._embed_pending takes their vectors from here instead of embedding them again (the
         same vectors: an embedder embeds each text on its own). Only when the append waits for an
         fsync (not inside Journal.deferred), with an embedder already loaded, and a group large
-        enough to pay for the hand-over; else None."""
+        enough to pay for the hand-over; else None. The helper does nothing else: token counts
+        release the interpreter's lock for each turn, and queued before the embedding they kept it
+        from starting until the packing they were for was done (BENCHMARKS.md, ingest, eighth round)."""
         if not self.journal.syncs_on_append() or self._embedder is None or len(turns) < self.EARLY:
             return None
         texts = list(dict.fromkeys(t.text for t in turns))
         embedder = self._embedder
         return self._helper().submit(lambda: dict(zip(texts, embedder.embed(texts))))
-
-    COUNT_CHUNK = 64   # turns per counting task: packing starts after the first, not after them all
-
-    def _count_early(self, s, turns: list) -> list:
-        """Token counts the session's packing will ask for (each turn's `speaker: text` by its packer's
-        tokenizer, and its text for the `turn` event if anyone listens), made on the helper thread
-        while this one waits for the journal's fsync: tiktoken counts without the GIL, so they take
-        the second core. Futures in turn order (Session._counted takes them); the same counts the
-        packer would make (Packer.add's line_tokens). Only when _embed_early's helper would run."""
-        if not self.journal.syncs_on_append() or len(turns) < self.EARLY:
-            return []
-        from .session import count_turns
-
-        line, text = s.packer.tokenizer, s.tokenizer if s.events.listeners else None
-        longest = (s.packer.capacity + 1) * line.longest_token   # longer turns are split, never counted whole
-        helper = self._helper()
-        return [helper.submit(count_turns, turns[i : i + self.COUNT_CHUNK], line, text, longest)
-                for i in range(0, len(turns), self.COUNT_CHUNK)]
 
     def _helper(self):
         """The helper thread (made on first use; a forked child has none and makes its own)."""

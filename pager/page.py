@@ -154,8 +154,8 @@ class Packer:
 
     def add(self, turn: Turn, start: int = 0, line_tokens: int | None = None) -> list[Page]:
         """Append turn (from char start on); return the pages this sealed. line_tokens: the exact count
-        of `speaker: text` by this packer's tokenizer, if the caller has it (counted on a helper thread
-        beside the journal's fsync: Home._count_early); used only where it keeps every count exact."""
+        of `speaker: text` by this packer's tokenizer, if the caller has it (counted for the whole accepted
+        group at once: session.count_turns); used only where it keeps every count exact."""
         sealed: list[Page] = []
         text = turn.text
         while True:

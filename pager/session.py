@@ -88,8 +88,7 @@ class Session:
         self._unembedded: list[Page] = []
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
         self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
-        self.counting: list = []          # the helper's futures of token counts of accepted turns (Home._count_early)
-        self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens), from those
+        self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens): count_turns
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -313,8 +312,11 @@ class Session:
         """Turns this process just made durable: to the store at the next flush, onto pages now."""
         self.pending.turns += turns
         self.in_use = set()
+        line = self.packer.tokenizer
+        self._counted = count_turns(turns, line, self.tokenizer if self.events.listeners else None,
+                                    (self.packer.capacity + 1) * line.longest_token)
         self._take(turns, announce=origin if origin == "input" else None, own=True)
-        self.counting, self._counted = [], {}   # counts of turns left waiting behind a gap are made again
+        self._counted = {}   # counts of turns left waiting behind a gap are made again
         self._embed_pending()
 
     def receive(self, records: list[dict]) -> list[Turn]:
@@ -362,7 +364,7 @@ class Session:
         self.turn_count = max(self.turn_count, turn.turn)
         if start >= len(turn.text):
             return  # the last sealed page ended exactly at this turn's end
-        counted = self._counts(turn) if self.counting or self._counted else None
+        counted = self._counts(turn) if self._counted else None
         tokens = 0   # an event nobody listens to is numbered, not made: its count would go unread
         if self.events.listeners:
             tokens = counted[2] if counted and counted[2] is not None else self.tokenizer.count(turn.text)
@@ -375,13 +377,8 @@ class Session:
         self._in_frame(self.tail_n).tokens = self.packer.body_tokens
 
     def _counts(self, turn: Turn) -> tuple | None:
-        """The helper's counts for this turn (waiting for them only as far as this turn), if it made them
-        for this very turn: (turn, tokens of `speaker: text` or None, tokens of the text or None)."""
-        while turn.turn not in self._counted and self.counting:
-            try:
-                self._counted.update(self.counting.pop(0).result())
-            except Exception:  # noqa: BLE001 - counting failed: the packer counts as usual
-                pass
+        """This turn's counts, if they were made for this very turn (take_accepted): (turn, tokens of
+        `speaker: text` or None, tokens of the text or None)."""
         counted = self._counted.pop(turn.turn, None)
         return counted if counted is not None and counted[0] is turn else None
 
@@ -1106,7 +1103,7 @@ def _early_vectors(early) -> dict:
 
 def count_turns(turns: list[Turn], line, text, longest: int) -> dict[int, tuple]:
     """turn → (the turn, tokens of its `speaker: text` by tokenizer `line`, of its text by `text` if
-    given): the counts Session._pack asks for, made beforehand on the helper thread. A text longer
+    given): the counts Session._pack asks for, made for a group of accepted turns at once. A text longer
     than `longest` characters cannot fit a page whole: its line is not counted."""
     return {t.turn: (t, line.count(f"{t.speaker}: {t.text}") if len(t.text) <= longest else None,
                      text.count(t.text) if text is not None else None) for t in turns}

@@ -179,8 +179,8 @@ def test_bm25_terms_are_those_of_the_general_loop(text):
 @pytest.mark.parametrize("listen", [True, False])
 def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path, monkeypatch,
                                                                                               listen):
-    """Appends of 1,000 through the durable path (journal, helper-thread embedding and token counts,
-    packing beside it) against one message at a time without a journal: the same pages, keywords,
+    """Appends of 1,000 through the durable path (journal, helper-thread embedding beside the packing,
+    token counts of the whole group) against one message at a time without a journal: the same pages, keywords,
     vectors and search results, and (with a listener, which gets each turn's count) the same events."""
     import pager.session
 
@@ -215,9 +215,9 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
         return pages, results, (vectors, np.concatenate(stored_vectors)), used, events
 
     fast = ingest(True, 1000)
-    assert sum(counted) == len(messages)   # every turn was counted on the helper
+    assert sum(counted) == len(messages) and max(counted) == 1000   # every turn counted, a group at once
     plain = ingest(False, 1)
-    assert sum(counted) == len(messages)   # and none without an fsync to wait for
+    assert sum(counted) == 2 * len(messages)   # and one at a time
     assert fast[3] and not plain[3]   # the durable home embedded on the helper; the other had no fsync to wait for
     assert len(fast[0]) > 500
     assert fast[0] == plain[0]
@@ -452,3 +452,4 @@ def test_a_body_the_date_pattern_matches_holds_the_date_core(text):
 def test_offline_keywords_of_dated_text_are_the_release_keywords(text):
     with pytest.MonkeyPatch.context() as mp:
         assert bm.extract(text) == _release_extract(text, mp), text
+

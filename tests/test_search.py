@@ -213,6 +213,27 @@ def test_a_short_text_embeds_exactly_as_in_a_batch():
         assert np.array_equal(alone, batch, equal_nan=True)   # the empty text is nan in both
 
 
+def test_many_texts_embed_as_wordllamas_own_batches_bit_for_bit():
+    """WordLlamaEmbedder._embed_many tokenizes every text in one call and pools them in groups of similar
+    length (as few as CELLS allows), where wordllama pads each 64 texts to the longest of them: a text's
+    vector is the same bits however it is grouped. Texts of every length, an empty one, a group split by
+    CELLS, and a text longer than CELLS alone."""
+    import numpy as np
+
+    from pager.bench.scale import TextGenerator
+    from pager.embed import WordLlamaEmbedder
+
+    texts = TextGenerator(5).turns(700) + ["", "pets", "Caroline's LGBTQ support group 😀", "日本語のテキスト",
+                                           "tab\tand\nnewline", "a much longer text " * 300, "x" * 5000]
+    for dim in (128, 256):
+        e = WordLlamaEmbedder(dim)
+        for cells in (1 << 16, 300):   # one group for the short texts, then many
+            e.CELLS = cells
+            got = e.embed(texts)
+            assert got.shape == (len(texts), dim) and got.dtype == np.float32
+            assert np.array_equal(got, np.asarray(e._model.embed(texts, norm=True), dtype=np.float32), equal_nan=True)
+
+
 def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):
     """Index._arrays and the BM25 postings extend their arrays by what was added since the last search
     instead of rebuilding them; after every few pages they must equal what a rebuild gives."""
