@@ -453,3 +453,50 @@ def test_offline_keywords_of_dated_text_are_the_release_keywords(text):
     with pytest.MonkeyPatch.context() as mp:
         assert bm.extract(text) == _release_extract(text, mp), text
 
+
+
+def test_the_benchmark_times_the_reference_beside_each_append_and_question_and_leaves_nothing(tmp_path):
+    """`bench scale` times the reference's work next to pager's: each append of 1,000 turns beside the
+    reference's append of the same turns, and each question beside the reference's two queries, in
+    alternating order; the reference's table and the indexes it made are gone afterwards, so the
+    store's files are counted as pager left them."""
+    from pager.bench import scale
+    from pager.bench.scale import NAMES, WORDS, _bulk_session, _ingest_beside, _Reference
+
+    cfg = Config(home=tmp_path / "h", session="measured", user="u0", db=str(tmp_path / "db"), embedder="hash")
+    order: list[str] = []
+    with Home(cfg, embedder=HashEmbedder(64)) as home:
+        _bulk_session(home.store, home.tokenizer, "u0", "measured", 400, cfg.page_tokens, seed=7, embedder=home.embedder)
+        session = home.open()
+        pages = home.store._tables["pages"]
+        before = sorted(i.name for i in pages.list_indices())
+        reference = _Reference(home)
+        append = reference.append
+        reference.append = lambda texts, first: (order.append("reference"), append(texts, first))[1]
+        many = session.append_many
+        session.append_many = lambda messages: (order.append("pager"), many(messages))[1]
+        turns = session.turn_count
+        texts = TextGenerator(5).turns(3 * scale.INGEST_APPEND)
+        rate, cpu_rate = _ingest_beside(home, session, texts, reference, _NoBar())
+        assert order == ["reference", "pager", "pager", "reference", "reference", "pager"]
+        assert session.turn_count == turns + len(texts) and rate > 0 and cpu_rate > 0
+        assert reference.table.count_rows() == reference.appended == len(texts)
+        asks = [f"what did {NAMES[i]} say about the {WORDS[20 + i]}?" for i in range(3)]
+        reference.index(asks)
+        assert reference.made and set(reference.made).isdisjoint(before)
+        for i in range(len(asks)):
+            reference.query(i)
+        reference.close()
+        report = reference.report()
+        assert len(report) == 6 and report["append_turns_per_s"] > 0 and report["query_ms"]["p50"] > 0
+        assert scale._Reference.TABLE not in home.store._table_names()
+        pages.checkout_latest()
+        assert sorted(i.name for i in pages.list_indices()) == before
+
+
+class _NoBar:
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        pass

@@ -18,7 +18,11 @@ machines that differ by 2x compare by ratio: per turn one LanceDB IVF-PQ vector 
 full-text query, both filtered to the session (`reference_query_ms`; queries embedded
 beforehand, so the reference pays no embedding and the ratio does not flatter pager), and for
 ingest the same turns embedded with the configured embedder and appended in batches of 1,000
-with no journal (`reference_append_turns_per_s`). `paging_ratio` = paging p95 / reference p95;
+with no journal (`reference_append_turns_per_s`). Each is timed beside pager's own: every append
+of 1,000 turns next to the reference's append of the same turns, every question's paging next to
+the reference's two queries for it, in alternating order, so that both meet the same moment of a
+shared machine (timed one after the other, minutes apart, the reference's query p95 alone moved
+from 11 to 37 ms between runs of the same code: BENCHMARKS.md, ninth round). `paging_ratio` = paging p95 / reference p95;
 `ingest_ratio` = durable ingest rate / reference rate, pager appending in groups of 1,000 as the
 reference does (one journal fsync per group, each acknowledged after it; `pager ingest FILE` makes
 the whole file one group), with appends of 50 reported beside it (`ingest_50_turns_per_s`,
@@ -135,6 +139,28 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
 INGEST_APPEND = 1_000   # turns per durable append in the headline ingest figure: the reference's batch
 
 
+def _ingest_beside(home: Home, session, texts: list[str], reference: "_Reference", bar) -> tuple[float, float]:
+    """(turns/s wall, turns/s of process CPU) of the durable path in appends of INGEST_APPEND, each timed
+    beside the reference's append of the same turns (in alternating order, so neither always follows
+    the other); the final flush is pager's."""
+    task = bar.add_task(f"durable ingest, appends of {INGEST_APPEND}, beside the reference", total=len(texts))
+    wall = cpu = 0.0
+    for k, i in enumerate(range(0, len(texts), INGEST_APPEND)):
+        group = texts[i : i + INGEST_APPEND]
+        for ours in ((True, False) if k % 2 else (False, True)):
+            if not ours:
+                reference.append(group, i)
+                continue
+            t0, c0 = time.perf_counter(), time.process_time()
+            session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(group)])
+            wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        bar.update(task, completed=i + len(group))
+    t0, c0 = time.perf_counter(), time.process_time()
+    home.flush()
+    wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+    return len(texts) / wall, len(texts) / cpu
+
+
 def _durable_ingest(home: Home, session, texts: list[str], size: int, bar) -> tuple[float, float]:
     """(turns/s wall, turns/s of process CPU) appending texts through the durable path in groups of
     `size` (one journal fsync each, acknowledged after it), then flushing them to the store."""
@@ -246,25 +272,33 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             phase("open the session")
             settle()  # as the REPL and the MCP server do
             texts = TextGenerator(99).turns(ingest_turns)
-            # appends of 1,000 turns, as the reference appends: one journal fsync each, acknowledged after it
-            # (`pager ingest FILE` makes the whole file one such append); then appends of 50 (a chat's
-            # or a proxy's smaller groups), beside it so nothing is hidden
-            ingest = {size: _durable_ingest(home, session, more, size, bar)
-                      for size, more in ((INGEST_APPEND, texts), (50, TextGenerator(98).turns(ingest_turns // 2)))}
+            reference = _Reference(home)
+            # appends of 1,000 turns, each beside the reference's append of the same 1,000: one journal fsync
+            # each, acknowledged after it (`pager ingest FILE` makes the whole file one such append); then
+            # appends of 50 (a chat's or a proxy's smaller groups), so nothing is hidden
+            ingest = {INGEST_APPEND: _ingest_beside(home, session, texts, reference, bar),
+                      50: _durable_ingest(home, session, TextGenerator(98).turns(ingest_turns // 2), 50, bar)}
             phase("durable ingest")
             asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
                     for i in range(queries)]
+            reference.index(asks)
+            phase("the reference's indexes")
             bar.stop()  # the progress display's refresh thread would compete for the GIL while timing
             paging, paging_cpu, searching = [], [], []
-            for q in asks:
-                t0, c0 = time.perf_counter(), time.process_time()
-                build(session, q, prefix="You are a helpful assistant.", budget=8192)
-                paging.append((time.perf_counter() - t0) * 1000)
-                paging_cpu.append((time.process_time() - c0) * 1000)
-                t0 = time.perf_counter()
-                session.search(q, k=5)
-                searching.append((time.perf_counter() - t0) * 1000)
-            phase("paging and search")
+            for i, q in enumerate(asks):
+                for ours in ((True, False) if i % 2 else (False, True)):   # each question beside the reference's
+                    if not ours:
+                        reference.query(i)
+                        continue
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    build(session, q, prefix="You are a helpful assistant.", budget=8192)
+                    paging.append((time.perf_counter() - t0) * 1000)
+                    paging_cpu.append((time.process_time() - c0) * 1000)
+                    t0 = time.perf_counter()
+                    session.search(q, k=5)
+                    searching.append((time.perf_counter() - t0) * 1000)
+            reference.close()
+            phase("paging and search, beside the reference")
             tiers = _tier_costs(session, asks, session.turn_count)
             phase("tiers")
             bar.start()
@@ -279,12 +313,10 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
                         "budget review", "-s", "measured"], env=_env({"PAGER_USER": "u0"}), capture_output=True, check=True)
         cold_s = time.perf_counter() - t0
         phase("cold search")
-        with Home(config) as home:
-            reference = _reference(home, asks, texts)
-        phase("reference")
         raw = _raw_bytes(config)
         phase("raw bytes")
     ingest_rate, ingest_cpu_rate = ingest[INGEST_APPEND]
+    timed = reference.report()
     return {
         "pages": total_pages,
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -308,20 +340,20 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
         "raw_text_and_vector_bytes_per_page": round(raw / max(total_pages, 1), 1),
         "lance_files": stats["files"],
         "lance_versions": stats["versions"],
-        "reference_query_ms": reference["query_ms"],
-        "reference_query_cpu_ms": reference["query_cpu_ms"],
-        "reference_vector_ms": reference["vector_ms"],
-        "reference_fts_ms": reference["fts_ms"],
-        "reference_append_turns_per_s": round(reference["append_turns_per_s"], 1),
-        "reference_append_cpu_turns_per_s": round(reference["append_cpu_turns_per_s"], 1),
-        "paging_ratio": round(float(np.percentile(paging, 95)) / max(reference["query_ms"]["p95"], 1e-9), 3),
+        "reference_query_ms": timed["query_ms"],
+        "reference_query_cpu_ms": timed["query_cpu_ms"],
+        "reference_vector_ms": timed["vector_ms"],
+        "reference_fts_ms": timed["fts_ms"],
+        "reference_append_turns_per_s": round(timed["append_turns_per_s"], 1),
+        "reference_append_cpu_turns_per_s": round(timed["append_cpu_turns_per_s"], 1),
+        "paging_ratio": round(float(np.percentile(paging, 95)) / max(timed["query_ms"]["p95"], 1e-9), 3),
         **tiers,
-        "ingest_ratio": round(ingest_rate / reference["append_turns_per_s"], 3),
-        "ingest_50_ratio": round(ingest[50][0] / reference["append_turns_per_s"], 3),
-        "ingest_cpu_ratio": round(ingest_cpu_rate / reference["append_cpu_turns_per_s"], 3),
+        "ingest_ratio": round(ingest_rate / timed["append_turns_per_s"], 3),
+        "ingest_50_ratio": round(ingest[50][0] / timed["append_turns_per_s"], 3),
+        "ingest_cpu_ratio": round(ingest_cpu_rate / timed["append_cpu_turns_per_s"], 3),
         # the same ratio in CPU time (every thread of the process): on a shared machine, wall time is
         # also the time spent waiting for a core, which the ratio above does not separate out
-        "paging_cpu_ratio": round(float(np.percentile(paging_cpu, 95)) / max(reference["query_cpu_ms"]["p95"], 1e-9), 3),
+        "paging_cpu_ratio": round(float(np.percentile(paging_cpu, 95)) / max(timed["query_cpu_ms"]["p95"], 1e-9), 3),
     }
 
 
@@ -389,52 +421,89 @@ def _ratio(slower: list[float], faster: list[float]) -> float:
     return round(float(np.percentile(slower, 95)) / max(float(np.percentile(faster, 95)), 1e-9), 3)
 
 
-def _reference(home: Home, asks: list[str], texts: list[str]) -> dict:
-    """The work of a vector-store memory on the same store: an IVF-PQ index over the page vectors
-    and a full-text index over page text (as LanceDB recommends at this size), then per question one
-    ANN query and one full-text query filtered to the session; and embedding + appending the same
-    turns in batches of 1,000 to a table of their own, no journal."""
-    import math
+class _Reference:
+    """The work of a vector-store memory on the same store, timed beside pager's (`_ingest_beside`, the
+    question loop of `run`) so that both meet the same moment of a shared machine: the same turns
+    embedded and appended in batches of 1,000 to a table of their own, no journal; then an IVF-PQ index
+    over the page vectors and a full-text index over page text (as LanceDB recommends at this size),
+    made after the ingest (and a compaction) so they cover what pager's questions search, and per
+    question one ANN query and one full-text query filtered to the session. Its table and indexes are
+    dropped before the store's files are counted."""
 
-    import pyarrow as pa
-    from lancedb.expr import col, lit
+    TABLE = "reference_turns"
 
-    from ..store import LanceStore
+    def __init__(self, home: Home) -> None:
+        import pyarrow as pa
 
-    store, embedder = home.store, home.embedder
-    assert isinstance(store, LanceStore), "the reference work runs on LanceDB"
-    pages = store._tables["pages"]
-    rows = pages.count_rows()
-    pages.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_PQ",
-                       num_partitions=max(1, int(math.sqrt(rows))), num_sub_vectors=max(1, store.dim // 16))
-    pages.create_fts_index("text", replace=True)
-    where = (col("user") == lit("u0")) & (col("session") == lit("measured"))
-    vectors = embedder.embed(asks)
-    vector_ms, fts_ms, both, cpu = [], [], [], []
-    for q, v in zip(asks, vectors):
+        from ..store import LanceStore
+
+        store = home.store
+        assert isinstance(store, LanceStore), "the reference work runs on LanceDB"
+        self.store, self.embedder = store, home.embedder
+        self.schema = pa.schema([("user", pa.string()), ("session", pa.string()), ("turn", pa.int64()),
+                                 ("text", pa.string()), ("vector", pa.list_(pa.float32(), self.store.dim))])
+        self.table = self.store.db.create_table(self.TABLE, schema=self.schema, mode="overwrite")
+        self.append_s = self.append_cpu_s = 0.0
+        self.appended = 0
+        self.vector_ms: list[float] = []
+        self.fts_ms: list[float] = []
+        self.both_ms: list[float] = []
+        self.cpu_ms: list[float] = []
+
+    def append(self, texts: list[str], first: int) -> None:
+        import pyarrow as pa
+
         t0, c0 = time.perf_counter(), time.process_time()
-        pages.search(v.tolist(), vector_column_name="vector").metric("cosine").where(where, prefilter=True) \
-            .select(["n", "text", "_distance"]).limit(8).to_list()   # naming the score: no deprecation line per query
+        embedded = self.embedder.embed(texts)
+        self.table.add(pa.Table.from_pylist([{"user": "u0", "session": "reference", "turn": first + j + 1, "text": t,
+                                              "vector": embedded[j].tolist()} for j, t in enumerate(texts)],
+                                            schema=self.schema))
+        self.append_s += time.perf_counter() - t0
+        self.append_cpu_s += time.process_time() - c0
+        self.appended += len(texts)
+
+    def index(self, asks: list[str]) -> None:
+        """The indexes over the pages as they are after the ingest, and the questions' vectors (embedded
+        beforehand, so the reference pays no embedding and the ratio does not flatter pager)."""
+        import math
+
+        from lancedb.expr import col, lit
+
+        self.store.compact(0)
+        self.pages = self.store._tables["pages"]
+        self.pages.checkout_latest()
+        before = {i.name for i in self.pages.list_indices()}
+        rows = self.pages.count_rows()
+        self.pages.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_PQ",
+                                num_partitions=max(1, int(math.sqrt(rows))), num_sub_vectors=max(1, self.store.dim // 16))
+        self.pages.create_fts_index("text", replace=True)
+        self.made = [i.name for i in self.pages.list_indices() if i.name not in before]
+        self.where = (col("user") == lit("u0")) & (col("session") == lit("measured"))
+        self.asks, self.vectors = asks, self.embedder.embed(asks)
+
+    def query(self, i: int) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.pages.search(self.vectors[i].tolist(), vector_column_name="vector").metric("cosine") \
+            .where(self.where, prefilter=True).select(["n", "text", "_distance"]).limit(8).to_list()   # naming the score: no deprecation line per query
         t1 = time.perf_counter()
-        pages.search(q, query_type="fts").where(where, prefilter=True).select(["n", "text", "_score"]).limit(8).to_list()
+        self.pages.search(self.asks[i], query_type="fts").where(self.where, prefilter=True) \
+            .select(["n", "text", "_score"]).limit(8).to_list()
         t2 = time.perf_counter()
-        vector_ms.append((t1 - t0) * 1000)
-        fts_ms.append((t2 - t1) * 1000)
-        both.append((t2 - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
-    schema = pa.schema([("user", pa.string()), ("session", pa.string()), ("turn", pa.int64()), ("text", pa.string()),
-                        ("vector", pa.list_(pa.float32(), store.dim))])
-    table = store.db.create_table("reference_turns", schema=schema)
-    t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(0, len(texts), 1000):
-        batch = texts[i : i + 1000]
-        embedded = embedder.embed(batch)
-        table.add(pa.Table.from_pylist([{"user": "u0", "session": "reference", "turn": i + j + 1, "text": t,
-                                         "vector": embedded[j].tolist()} for j, t in enumerate(batch)], schema=schema))
-    append_s, append_cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    store.db.drop_table("reference_turns")
-    return {"query_ms": _percentiles(both), "query_cpu_ms": _percentiles(cpu), "vector_ms": _percentiles(vector_ms), "fts_ms": _percentiles(fts_ms),
-            "append_turns_per_s": len(texts) / append_s, "append_cpu_turns_per_s": len(texts) / append_cpu_s}
+        self.vector_ms.append((t1 - t0) * 1000)
+        self.fts_ms.append((t2 - t1) * 1000)
+        self.both_ms.append((t2 - t0) * 1000)
+        self.cpu_ms.append((time.process_time() - c0) * 1000)
+
+    def close(self) -> None:
+        self.store.db.drop_table(self.TABLE)
+        for name in getattr(self, "made", []):
+            self.pages.drop_index(name)
+
+    def report(self) -> dict:
+        return {"query_ms": _percentiles(self.both_ms), "query_cpu_ms": _percentiles(self.cpu_ms),
+                "vector_ms": _percentiles(self.vector_ms), "fts_ms": _percentiles(self.fts_ms),
+                "append_turns_per_s": self.appended / self.append_s,
+                "append_cpu_turns_per_s": self.appended / self.append_cpu_s}
 
 
 def _env(extra: dict) -> dict:
