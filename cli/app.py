@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from pager.errors import PagerError
+from pager.errors import InputError, PagerError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -85,7 +85,6 @@ def open_home(config, read_only: bool = False):
 def existing_trace(ctx: typer.Context, trace: Path) -> None:
     """Refuse a trace path with nothing there, naming this home's traces folder (--home, PAGER_HOME)."""
     if not trace.exists():
-        from pager.errors import InputError
 
         raise InputError(f"no trace at {trace}; list this home's traces with `ls {load_config(ctx).home / 'traces'}`")
 
@@ -94,7 +93,6 @@ def writable(path: Optional[Path], flag: str) -> None:
     """Refuse an output path that cannot be written, before any work is done for it."""
     import os
 
-    from pager.errors import InputError
 
     if path is None:
         return
@@ -111,7 +109,6 @@ def writable(path: Optional[Path], flag: str) -> None:
 def fresh_folder(path: Optional[Path], flag: str) -> None:
     """Refuse a bench's --keep folder that already holds something: the bench would build into it,
     mixing its synthetic sessions with what is there and measuring both."""
-    from pager.errors import InputError
 
     if path is None or not path.exists():
         return
@@ -151,17 +148,27 @@ def _not_found(home, user: str, session: str):
 
     of_user = f" of user {user!r}" if user else ""
     try:
-        names = [r["session"] for r in home.session_rows() if r["user"] == user]
+        rows = home.session_rows()
     except Exception:  # noqa: BLE001 - the message names `pager sessions` all the same
-        names = []
-    if len(names) == 1:
+        rows = []
+    names = [r["session"] for r in rows if r["user"] == user]
+    owners = [r["user"] for r in rows if r["session"] == session and r["user"] != user]
+    if owners:   # made under another PAGER_USER (or none): the session is there, the setting differs
+        hint = (f"user {owners[0]!r} has one: PAGER_USER={shlex.quote(owners[0])} opens it" if owners[0] else
+                "one of no user is there: unset PAGER_USER to open it")
+    elif len(names) == 1:
         hint = f"it holds {names[0]!r}: add --session {shlex.quote(names[0])}"
     elif names:
         shown = ", ".join(repr(n) for n in names[:5]) + (", …" if len(names) > 5 else "")
         hint = f"it holds {len(names)} sessions ({shown}): name one with --session; `pager sessions` lists them"
     else:
         hint = "`pager sessions` lists the sessions there"
-    return SessionNotFound(f"no session {session!r}{of_user} in {home.path}; {hint}")
+    return SessionNotFound(f"no session {session!r}{of_user} in {where(home)}; {hint}")
+
+
+def where(home) -> str:
+    """The home, and the store when --db (PAGER_DB) put it elsewhere: the sessions are the store's."""
+    return f"{home.path}" + (f" (store {home.config.db})" if home.config.db else "")
 
 
 @command()
@@ -177,13 +184,13 @@ def sessions(
             typer.echo(json.dumps({"home": str(home.path), "sessions": rows}, ensure_ascii=False))
             return
         if not rows:
-            typer.echo(f"no sessions in {home.path}; `pager ingest FILE` or `pager chat` starts one")
+            typer.echo(f"no sessions in {where(home)}; `pager ingest FILE` or `pager chat` starts one")
             return
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(f"sessions in {home.path}"), title_justify="left")
+        table = Table(title=Text(f"sessions in {where(home)}"), title_justify="left")
         for name in ("user", "session", "turns", "pages"):
             table.add_column(name, justify="right" if name in ("turns", "pages") else "left")
         for r in rows:
@@ -211,13 +218,13 @@ def ingest(
     if format == "jsonl":
         groups = parse_jsonl(file, session or config.session, warn=lambda m: typer.echo(f"pager: warning: {m}", err=True))
     elif format == "locomo":
-        conversations = parse_locomo(file)
+        conversations = parse_locomo(file, warn=lambda m: typer.echo(f"pager: warning: {m}", err=True))
         if session and len(conversations) > 1:
             groups = {f"{session}-{c.sample_id}": c.messages for c in conversations}
         else:
             groups = {(session or c.sample_id): c.messages for c in conversations}
     else:
-        raise PagerError(f"unknown format {format!r}; use --format jsonl or --format locomo")
+        raise InputError(f"unknown format {format!r}; use --format jsonl or --format locomo")
     from pager.formats import carry_dates, keyed
 
     started = time.perf_counter()
@@ -284,8 +291,10 @@ def inspect(
 
         console = Console()
         st = s.stats()
-        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {st['pages']} pages on disk, "
-                      f"{st['frames']} frames, policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
+        pages = s.page_count   # the open page too, as --json, sessions, chat and check count
+        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {pages} page{'s' if pages != 1 else ''}"
+                           + (f" (p{s.tail_n} open)" if s.packer.pieces else "") + f", {st['frames']} frames, "
+                           f"policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
         console.print(views.frame_strip(s))
         console.print(views.legend())
         console.print(views.frame_table(s))
@@ -297,7 +306,7 @@ def inspect(
 def chat(
     ctx: typer.Context,
     session: Optional[str] = typer.Option(None, "--session", "-s", help="resume or start this session"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="any litellm model string (or $PAGER_MODEL); none: the offline memory shell"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="any litellm model string (or $PAGER_MODEL); none or 'offline': the offline memory shell"),
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
@@ -318,7 +327,7 @@ def tools(format: str = typer.Option("openai", "--format", help="schema format: 
     from pager.tools import AGENT
 
     if format != "openai":
-        raise PagerError(f"unknown format {format!r}; only --format openai is supported")
+        raise InputError(f"unknown format {format!r}; only --format openai is supported")
     typer.echo(json.dumps(AGENT.schemas(), indent=2))
 
 
@@ -361,11 +370,9 @@ def search(
     import json
 
     if not query.strip():
-        from pager.errors import InputError
 
         raise InputError("give words to search for, e.g. pager search 'peanut allergy'")
     if k < 1:
-        from pager.errors import InputError
 
         raise InputError(f"-k {k}: ask for 1 page or more")
     config = load_config(ctx, session=session)
@@ -481,7 +488,7 @@ def check(
         if every:
             targets = [(r["user"], r["session"]) for r in home.session_rows(cached=False)]
             if not targets:
-                typer.echo(f"no sessions in {home.path}: nothing to check")
+                typer.echo(f"no sessions in {where(home)}: nothing to check")
                 return
         else:
             require(home, config.user, config.session)
@@ -534,6 +541,13 @@ def replay(
 
     console = Console(highlight=False)
     existing_trace(ctx, trace)
+    if policy not in (None, "all") and policy not in POLICIES:
+        raise InputError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)} or all")
+    if check and policy is not None and (used := rp.recorded_policies(trace)[0]) != [policy]:
+        raise InputError(f"--check reproduces the recording under the policy it ran with "
+                         f"({' → '.join(used)}), not {policy}; to compare "
+                         f"{'every policy' if policy == 'all' else policy} with it, drop --check: "
+                         f"pager replay {trace} --policy {policy}")
     if check:
         run = rp.replay(trace, check=True)
         if run.divergence:
@@ -542,8 +556,6 @@ def replay(
         console.print(f"ok: {len(run.recorded)} recorded events reproduced exactly "
                       f"({run.faults} faults, {run.count('evict')} evictions, {len(run.digests)} model calls)")
         return
-    if policy not in (None, "all") and policy not in POLICIES:
-        raise PagerError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)} or all")
     start, _ = rp.load(trace)
     names = list(POLICIES) if policy == "all" else [policy or start["policy"]]
     console.print(rp.policy_table(rp.policy_runs(trace, names), trace))
@@ -646,7 +658,6 @@ def bench_locomo(
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts,
                          reranker=reranker, rerank_pieces=rerank_pieces, rerank_facts=rerank_facts)
     if memory not in ("", "recorded"):
-        from pager.errors import InputError
 
         raise InputError(f"--memory {memory!r} is not known; use --memory recorded (or leave it out)")
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines, memory=memory)

@@ -22,6 +22,7 @@ from pager.home import Home, check_new_name
 from pager.llm import OFFLINE, LiteLLMModel, check_known_key, preload
 from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
+from pager.proxy import OFFLINE_NAME
 from pager.session import Session, settle
 from pager.trace import Event, TraceWriter, begin, new_trace_path
 
@@ -175,7 +176,8 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
-    model_name = config.model or OFFLINE
+    # 'offline' is what `pager serve` calls the shell: PAGER_MODEL=offline set for it means the shell here too
+    model_name = OFFLINE if config.model in (None, "", OFFLINE_NAME) else config.model
     if model_name != OFFLINE:
         check_known_key(model_name)   # before the import below, which the check after it waits for
     loading = preload() if model_name != OFFLINE else None   # the offline shell needs no litellm

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .home import Home
     from .llm import LiteLLMModel, ModelReply
     from .model import HandlerModel, Model
+    from .offline import OfflineShell
     from .session import Session
     from .tools import Toolkit
 
@@ -47,6 +48,7 @@ _LAZY = {
     "Home": "pager.home", "Session": "pager.session", "build": "pager.context", "Context": "pager.context",
     "Toolkit": "pager.tools", "Agent": "pager.agent", "Reply": "pager.agent", "Model": "pager.model",
     "HandlerModel": "pager.model", "ModelReply": "pager.llm", "LiteLLMModel": "pager.llm",
+    "OfflineShell": "pager.offline",   # HandlerModel(OfflineShell()): the README's model that needs no key
 }
 
 __all__ = ["BudgetError", "Config", "ConfigError", "InputError", "ModelError", "PageNotFound", "PagerError",

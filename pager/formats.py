@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = N
     except InputError as exc:
         if _looks_like_locomo(text):
             raise InputError(f"{exc}; the file looks like LoCoMo JSON: add --format locomo") from None
+        if shape := _one_document(text):
+            raise InputError(f"{path} is {shape}, not JSON lines (one message object per line); convert it: "
+                             f"{_convert(path, shape)}; nothing was imported") from None
         raise
     if warn:
         _warn_unread_dates(path, undated, warn)
@@ -84,6 +88,29 @@ def _warn_unread_dates(path: Path, undated: list[tuple[int, str]], warn: Callabl
         warn(f"{path}:{number}: date {date[:40]!r} names no day pager reads (like '8 May 2023' or 2023-05-08); "
              f"{len(unread)} line{'s' if len(unread) > 1 else ''} like it {'are' if len(unread) > 1 else 'is'} dated "
              "the day imported: fix the dates, or give each a \"ts\" (seconds since the epoch)")
+
+
+def _convert(path: Path, shape: str) -> str:
+    """The jq command that puts the messages of a file of this shape (_one_document) one per line."""
+    jq = "jq -c '.[]'" if shape.startswith("one JSON array") else "jq -c ."
+    if str(path) == "<stdin>":
+        return f"pipe it through {jq}"
+    out = path.with_name(f"{path.stem}{'-lines' if path.suffix == '.jsonl' else ''}.jsonl")
+    return f"{jq} {shlex.quote(str(path))} > {shlex.quote(str(out))}"
+
+
+def _one_document(text: str) -> str:
+    """What the whole text is when it is one JSON array, or one object over several lines, of messages
+    ("" otherwise): a file saved by a JSON exporter or pretty-printed, which JSONL reads line by line."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ""
+    if isinstance(data, list) and data and all(isinstance(m, dict) for m in data):
+        return "one JSON array of objects"
+    if isinstance(data, dict) and len(json_lines(text.strip())) > 1:
+        return "one JSON object spread over several lines"
+    return ""
 
 
 def _looks_like_locomo(text: str) -> bool:
@@ -233,7 +260,9 @@ def normalize_evidence(raw: list, known: set[str]) -> list[str]:
     return out
 
 
-def parse_locomo(path: Path) -> list[Conversation]:
+def parse_locomo(path: Path, warn: Callable[[str], None] | None = None) -> list[Conversation]:
+    """The samples of a LoCoMo file, checked whole. warn, if given, hears of sessions whose date_time
+    names no day (their turns are dated as undated JSONL lines are: carry_dates, or when imported)."""
     text = read_text(path)
     path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     try:
@@ -244,7 +273,7 @@ def parse_locomo(path: Path) -> list[Conversation]:
                              "without --format locomo") from None
         raise InputError(f"{path}:{exc.lineno}: not JSON ({exc.msg}); is this a LoCoMo file?") from None
     samples = data if isinstance(data, list) else [data]
-    conversations = []
+    conversations, undated = [], []
     for i, sample in enumerate(samples):
         if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
             raise InputError(f"{path}: sample {i} has no \"conversation\" object; is this a LoCoMo file?")
@@ -256,16 +285,40 @@ def parse_locomo(path: Path) -> list[Conversation]:
             for j, turn in enumerate(conv[f"session_{n}"] or []):
                 if not isinstance(turn, dict) or not turn_text(turn).strip():
                     raise InputError(f"{path}: {out.sample_id} session_{n} turn {j + 1} has no text; nothing was imported")
-                out.messages.append({"speaker": str(turn.get("speaker") or "?"), "text": turn_text(turn),
-                                     "date": date, "ts": ts + j, "ref": str(turn.get("dia_id") or f"D{n}:{j + 1}"),
-                                     "role": "user"})
-        known = {m["ref"] for m in out.messages}
-        for qa in sample.get("qa") or []:
-            evidence = normalize_evidence(qa.get("evidence"), known)
-            answer = qa.get("answer", qa.get("adversarial_answer", ""))
-            out.questions.append(Question(str(qa.get("question", "")), int(qa.get("category", 0)), evidence, str(answer)))
+                out.messages.append({"speaker": str(turn.get("speaker") or "?"), "text": turn_text(turn), "date": date,
+                                     "ref": str(turn.get("dia_id") or f"D{n}:{j + 1}"), "role": "user",
+                                     **({"ts": ts + j} if ts else {})})   # no day read: dated when imported, not 1970
+            if not ts and conv[f"session_{n}"]:
+                undated.append(f"{out.sample_id} session_{n}")
+        out.questions = _questions(path, out, sample.get("qa") or [])
         conversations.append(out)
+    if warn and undated:
+        warn(f"{path}: {undated[0]} has no session_{undated[0].rsplit('_', 1)[1]}_date_time pager reads (like "
+             f"'1:56 pm on 8 May, 2023'); {len(undated)} session{'s' if len(undated) > 1 else ''} like it "
+             f"take{'' if len(undated) > 1 else 's'} the date of the turns before, or the day imported")
     return conversations
+
+
+def _questions(path: Path, conversation: Conversation, qas: list) -> list[Question]:
+    """A sample's `qa` entries, each checked: a wrong shape is named, not a traceback."""
+    known = {m["ref"] for m in conversation.messages}
+    out = []
+    for q, qa in enumerate(qas if isinstance(qas, list) else [qas], 1):
+        where = f"{path}: {conversation.sample_id} qa {q}"
+        if not isinstance(qa, dict):
+            raise InputError(f"{where} is not an object like {{\"question\": …, \"category\": 1, \"evidence\": "
+                             "[\"D1:3\"]}; nothing was imported")
+        category, evidence = qa.get("category", 0), qa.get("evidence")
+        if isinstance(category, bool) or not isinstance(category, (int, str)) or not str(category).strip().isdigit():
+            raise InputError(f"{where}: \"category\" must be a whole number (LoCoMo's 1 to 5), not "
+                             f"{str(category)[:40]!r}; nothing was imported")
+        if evidence is not None and not isinstance(evidence, list):
+            raise InputError(f"{where}: \"evidence\" must be a list of dialogue ids like [\"D1:3\"], not "
+                             f"{str(evidence)[:40]!r}; nothing was imported")
+        answer = qa.get("answer", qa.get("adversarial_answer", ""))
+        out.append(Question(str(qa.get("question", "")), int(category), normalize_evidence(evidence or [], known),
+                            str(answer)))
+    return out
 
 
 def parse_locomo_observations(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:

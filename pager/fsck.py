@@ -31,12 +31,12 @@ NUMBERED_OVER = ("; if a process of this home died holding the second, another h
                  "any command that writes from this home (`pager migrate`) recovers it, kept after the last turn")
 
 
-def durable_turns(home, user: str, session: str, problems: list[str] | None = None) -> list[Turn]:
-    """Every turn of the session the store or a journal holds, by number (one each)."""
+def durable_turns(home, user: str, session: str, problems: list[str] | None = None, after: int = 0) -> list[Turn]:
+    """Every turn of the session (after turn `after`) the store or a journal holds, by number (one each)."""
     problems = [] if problems is None else problems
     home.store.refresh()
     by_number: dict[int, Turn] = {}
-    for t in home.store.turns(user, session):
+    for t in home.store.turns(user, session, after=after):
         if t.turn in by_number and by_number[t.turn].text != t.text:
             problems.append(f"turn {t.turn} is stored twice with different texts")
         by_number.setdefault(t.turn, t)
@@ -44,6 +44,8 @@ def durable_turns(home, user: str, session: str, problems: list[str] | None = No
         if op["op"] != "turn" or (op["user"], op["session"]) != (user, session):
             continue
         t = Turn.from_record(op)
+        if t.turn <= after:
+            continue
         known = by_number.setdefault(t.turn, t)
         if (known.text, known.speaker) != (t.text, t.speaker):
             problems.append(f"turn {t.turn} means two messages: {_short(known.text)!r} and {_short(t.text)!r}"

@@ -940,6 +940,7 @@ _MONTH_RE = r"(january|february|march|april|may|june|july|august|september|octob
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_RE}\.?,?\s+(\d{{4}})\b")
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH_RE}\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b")
 _ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_ISO_LABEL = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})(?=t\d|\b)")   # a date label may be a timestamp: 2023-05-08T10:00:00Z
 _MONTH_YEAR = re.compile(rf"\b{_MONTH_RE}\.?,?\s+(\d{{4}})\b")
 _LAST_MONTH_NAME = re.compile(rf"\b(?:last|in|this past)\s+{_MONTH_RE}\b")
 _YEAR = re.compile(r"\b(?:in|during|of|since)\s+((?:19|20)\d{2})\b")
@@ -952,7 +953,7 @@ def label_time(label: str) -> float | None:
     seconds; None if it names no day. Turns imported with a date and no timestamp get this, so
     date queries and episodes follow the conversation's calendar, not the day it was imported."""
     q = label.lower()
-    if m := _ISO.search(q):
+    if m := _ISO_LABEL.search(q):
         y, mo, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
     elif m := _DAY_MONTH_YEAR.search(q):
         y, mo, d = int(m.group(3)), _MONTH[m.group(2)], int(m.group(1))

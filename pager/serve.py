@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from .config import Config
 from .engine import Engine
 from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError
+from .fsck import durable_turns
 from .keys import KeyRing
 from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
@@ -314,7 +315,9 @@ class Server:
 
         def run(s):
             self.engine.home.flush()  # turns live in the journal until a batch reaches the store
-            rows = self.engine.home.store.turns(tenant, name, after=after)[:limit]
+            # and other live processes of the home hold theirs in their journals: read those too
+            rows = [t for t in durable_turns(self.engine.home, tenant, name, after=after) if t.turn <= s.turn_count]
+            rows = rows[:limit]
             return {"session": name, "total_turns": s.turn_count, "turns": [
                 {"turn": t.turn, "role": t.role, "speaker": t.speaker, "content": t.text, "date": t.date} for t in rows]}
 
@@ -411,7 +414,9 @@ class Server:
         """fn(session) for a session the tenant has; the same 404 whether it exists elsewhere or not."""
         if not self.engine.exists(tenant, name):
             raise RequestError(f"no session {name!r}", 404, "not_found_error", "session_not_found")
-        return fn(self.engine.open(tenant, name))
+        s = self.engine.open(tenant, name)
+        s.sync()   # what other processes of the home made durable since, as `pager inspect` would show it
+        return fn(s)
 
     async def append(self, request, tenant: str, facts: dict):
         from starlette.responses import JSONResponse
