@@ -204,31 +204,6 @@ def test_the_mcp_server_says_its_version():
     assert __version__ and server.version == __version__
 
 
-def test_ctrl_c_stops_pager_mcp_while_it_waits_for_a_client(tmp_path):
-    """`pager mcp` typed in a terminal to see what it does waits for JSON-RPC on stdin; Ctrl-C then did
-    nothing (stdin was read by a worker thread that the cancel waited for, and the exit joined) until a
-    line or Ctrl-D came. It stops now, with the CLI's "interrupted" line and exit 130."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    env = {**os.environ, "PAGER_HOME": str(tmp_path), "PAGER_EMBEDDER": "hash"}
-    proc = subprocess.Popen([sys.executable, "-m", "pager.cli", "mcp", "-s", "desk"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n")
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["id"] == 1   # serving, and waiting for the next line
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, proc.stderr.read()
-        assert "interrupted" in proc.stderr.read()
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 def test_a_session_of_another_user_is_named_with_the_setting_that_opens_it(tmp_path):
     """`PAGER_USER=alice pager ingest notes.jsonl -s notes`, then in a new shell `pager search … -s notes`:
     "no session 'notes' in ~/.pager; `pager sessions` lists the sessions there", though the session

@@ -88,41 +88,16 @@ def serve(toolkit: Toolkit) -> None:
 async def _serve_stdio(server) -> None:
     """MCPServer.run("stdio"), reading stdin through `answerable` (the SDK drops, without a reply,
     a line it cannot parse: a lone surrogate, nesting too deep for its parser)."""
-    from mcp.server.stdio import stdio_server
-
-    async with stdio_server(stdin=_Answerable(_stdin_lines())) as (read, write):  # type: ignore[arg-type]  # duck-typed
-        low = server._lowlevel_server
-        await low.run(read, write, low.create_initialization_options())
-
-
-def _stdin_lines():
-    """stdin's lines, read by a daemon thread. anyio.wrap_file reads each line in a worker thread that
-    a cancel waits for and the interpreter joins at exit: Ctrl-C on `pager mcp` in a terminal did
-    nothing until the next line or Ctrl-D came."""
     import io
-    import math
-    import os
     import sys
-    import threading
 
     import anyio
-    from anyio import from_thread, lowlevel
+    from mcp.server.stdio import stdio_server
 
-    send, receive = anyio.create_memory_object_stream[str](math.inf)
-    token = lowlevel.current_token()
-    # its own descriptor: a thread blocked on sys.stdin's buffer holds the lock the interpreter's exit needs
-    stdin = io.TextIOWrapper(os.fdopen(os.dup(sys.stdin.fileno()), "rb"), encoding="utf-8", errors="replace")
-
-    def pump() -> None:
-        try:
-            for line in iter(stdin.readline, ""):
-                from_thread.run_sync(send.send_nowait, line, token=token)
-            from_thread.run_sync(send.close, token=token)
-        except Exception:  # noqa: BLE001 - the server has stopped (Ctrl-C): nobody reads any more
-            return
-
-    threading.Thread(target=pump, name="pager mcp stdin", daemon=True).start()
-    return receive
+    stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    async with stdio_server(stdin=_Answerable(stdin)) as (read, write):  # type: ignore[arg-type]  # duck-typed
+        low = server._lowlevel_server
+        await low.run(read, write, low.create_initialization_options())
 
 
 class _Answerable:
