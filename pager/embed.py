@@ -77,7 +77,7 @@ class WordLlamaEmbedder:
         (BENCHMARKS.md, ingest, eighth round). Here the texts are tokenized in one call, sorted by
         length and pooled in as few groups as CELLS allows. A text's vector is the sum of its token
         vectors in order, as any padding to a longer text leaves it (the mask adds exact zeros), so
-        the grouping changes no bit (tests/test_embed.py)."""
+        the grouping changes no bit (tests/test_search.py)."""
         from itertools import chain
 
         model = self._model
@@ -97,10 +97,7 @@ class WordLlamaEmbedder:
             tokens = np.zeros(mask.shape, dtype=np.int32)
             tokens[mask] = np.fromiter(chain.from_iterable(ids[i] for i in group.tolist()), dtype=np.int32,
                                        count=int(lengths[group].sum()))
-            np.clip(tokens, 0, model.embedding.shape[0] - 1, out=tokens)
-            pooled = model.avg_pool(model.embedding[tokens], mask.astype(np.float32))
-            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-            out[group] = pooled
+            out[group] = self._pool(tokens, mask.astype(np.float32))
             start = end
         return out
 
@@ -118,13 +115,17 @@ class WordLlamaEmbedder:
         """One text as wordllama's batch path embeds it (the same operations, so the same bits): a
         batch of one has no padding, so its mask is all ones. The batch tokenizer hands even one text
         to a thread pool, which on a busy machine costs more than the embedding."""
+        ids = np.array([self._model.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int32)
+        return np.ascontiguousarray(self._pool(ids, np.ones(ids.shape, dtype=np.float32)), dtype=np.float32)
+
+    def _pool(self, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Rows of token ids (padded where mask is 0) to unit vectors, by wordllama's own steps: ids
+        clamped to the vocabulary, the masked mean of their vectors, normalised."""
         model = self._model
-        ids = np.array([model.tokenizer.encode(text, add_special_tokens=False).ids], dtype=np.int32)
-        np.clip(ids, 0, model.embedding.shape[0] - 1, out=ids)
-        mask = np.ones(ids.shape, dtype=np.float32)
-        pooled = model.avg_pool(model.embedding[ids], mask)
+        np.clip(tokens, 0, model.embedding.shape[0] - 1, out=tokens)
+        pooled = model.avg_pool(model.embedding[tokens], mask)
         pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-        return np.ascontiguousarray(pooled, dtype=np.float32)
+        return pooled
 
 
 class HashEmbedder:

@@ -461,7 +461,7 @@ def test_the_benchmark_times_the_reference_beside_each_append_and_question_and_l
     alternating order; the reference's table and the indexes it made are gone afterwards, so the
     store's files are counted as pager left them."""
     from pager.bench import scale
-    from pager.bench.scale import NAMES, WORDS, _bulk_session, _ingest_beside, _Reference
+    from pager.bench.scale import NAMES, WORDS, _bulk_session, _ingest, _Reference
 
     cfg = Config(home=tmp_path / "h", session="measured", user="u0", db=str(tmp_path / "db"), embedder="hash")
     order: list[str] = []
@@ -477,7 +477,7 @@ def test_the_benchmark_times_the_reference_beside_each_append_and_question_and_l
         session.append_many = lambda messages: (order.append("pager"), many(messages))[1]
         turns = session.turn_count
         texts = TextGenerator(5).turns(3 * scale.INGEST_APPEND)
-        rate, cpu_rate = _ingest_beside(home, session, texts, reference, _NoBar())
+        rate, cpu_rate = _ingest(home, session, texts, scale.INGEST_APPEND, _NoBar(), reference)
         assert order == ["reference", "pager", "pager", "reference", "reference", "pager"]
         assert session.turn_count == turns + len(texts) and rate > 0 and cpu_rate > 0
         assert reference.table.count_rows() == reference.appended == len(texts)

@@ -139,17 +139,21 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
 INGEST_APPEND = 1_000   # turns per durable append in the headline ingest figure: the reference's batch
 
 
-def _ingest_beside(home: Home, session, texts: list[str], reference: "_Reference", bar) -> tuple[float, float]:
-    """(turns/s wall, turns/s of process CPU) of the durable path in appends of INGEST_APPEND, each timed
-    beside the reference's append of the same turns (in alternating order, so neither always follows
-    the other); the final flush is pager's."""
-    task = bar.add_task(f"durable ingest, appends of {INGEST_APPEND}, beside the reference", total=len(texts))
+def _ingest(home: Home, session, texts: list[str], size: int, bar,
+            reference: "_Reference | None" = None) -> tuple[float, float]:
+    """(turns/s wall, turns/s of process CPU) appending texts through the durable path in groups of
+    `size` (one journal fsync each, acknowledged after it), then flushing them to the store (pager's
+    time). With a reference, each group is timed beside the reference's append of the same turns, in
+    alternating order so that neither always follows the other."""
+    task = bar.add_task(f"durable ingest, appends of {size}" + (", beside the reference" if reference else ""),
+                        total=len(texts))
     wall = cpu = 0.0
-    for k, i in enumerate(range(0, len(texts), INGEST_APPEND)):
-        group = texts[i : i + INGEST_APPEND]
+    for k, i in enumerate(range(0, len(texts), size)):
+        group = texts[i : i + size]
         for ours in ((True, False) if k % 2 else (False, True)):
             if not ours:
-                reference.append(group, i)
+                if reference is not None:
+                    reference.append(group, i)
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(group)])
@@ -159,18 +163,6 @@ def _ingest_beside(home: Home, session, texts: list[str], reference: "_Reference
     home.flush()
     wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
     return len(texts) / wall, len(texts) / cpu
-
-
-def _durable_ingest(home: Home, session, texts: list[str], size: int, bar) -> tuple[float, float]:
-    """(turns/s wall, turns/s of process CPU) appending texts through the durable path in groups of
-    `size` (one journal fsync each, acknowledged after it), then flushing them to the store."""
-    task = bar.add_task(f"durable ingest, appends of {size}", total=len(texts))
-    t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(0, len(texts), size):
-        session.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(texts[i : i + size])])
-        bar.update(task, completed=i + size)
-    home.flush()
-    return len(texts) / (time.perf_counter() - t0), len(texts) / (time.process_time() - c0)
 
 
 class _Bulk:
@@ -276,8 +268,8 @@ def run(pages: int, home_path: Path, measured_pages: int | None = None, ingest_t
             # appends of 1,000 turns, each beside the reference's append of the same 1,000: one journal fsync
             # each, acknowledged after it (`pager ingest FILE` makes the whole file one such append); then
             # appends of 50 (a chat's or a proxy's smaller groups), so nothing is hidden
-            ingest = {INGEST_APPEND: _ingest_beside(home, session, texts, reference, bar),
-                      50: _durable_ingest(home, session, TextGenerator(98).turns(ingest_turns // 2), 50, bar)}
+            ingest = {INGEST_APPEND: _ingest(home, session, texts, INGEST_APPEND, bar, reference),
+                      50: _ingest(home, session, TextGenerator(98).turns(ingest_turns // 2), 50, bar)}
             phase("durable ingest")
             asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
                     for i in range(queries)]
@@ -422,7 +414,7 @@ def _ratio(slower: list[float], faster: list[float]) -> float:
 
 
 class _Reference:
-    """The work of a vector-store memory on the same store, timed beside pager's (`_ingest_beside`, the
+    """The work of a vector-store memory on the same store, timed beside pager's (`_ingest`, the
     question loop of `run`) so that both meet the same moment of a shared machine: the same turns
     embedded and appended in batches of 1,000 to a table of their own, no journal; then an IVF-PQ index
     over the page vectors and a full-text index over page text (as LanceDB recommends at this size),
