@@ -3,6 +3,7 @@ commands that need them, so `pager --help` stays instant."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import shlex
@@ -29,6 +30,9 @@ def handles_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from rich.console import Console
+
+        Console.on_broken_pipe = _broken_pipe   # rich's own handler exits 1 where the bare echoes exit 141
         try:
             return fn(*args, **kwargs)
         except PagerError as exc:
@@ -37,8 +41,38 @@ def handles_errors(fn):
         except KeyboardInterrupt:
             typer.echo("pager: interrupted; everything acknowledged is in the journal", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:   # the reader went away (`pager export | head`): stop quietly, as cat and git do
+            stdout_gone()
+            raise typer.Exit(141) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
+            # `pager export > file` on a full disk (the engine's own writes say so as a StoreError): one line
+            try:
+                sys.stdout.flush()
+            except OSError:
+                stdout_gone()   # what it holds cannot be written at exit either
+            typer.echo(f"pager: a write failed ({exc.strerror or exc}); free space where the output goes, or send "
+                       "it elsewhere, and run it again", err=True)
+            raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _broken_pipe(console) -> None:
+    console.quiet = True
+    raise BrokenPipeError
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what it still holds fails no more
+    (the recipe of Python's signal docs, "Note on SIGPIPE")."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # a stdout with no descriptor (a test runner's) has nothing to flush there
+        pass
 
 
 def command(*args, **kwargs):
@@ -154,8 +188,7 @@ def _not_found(home, user: str, session: str):
     names = [r["session"] for r in rows if r["user"] == user]
     owners = [r["user"] for r in rows if r["session"] == session and r["user"] != user]
     if owners:   # made under another PAGER_USER (or none): the session is there, the setting differs
-        hint = (f"user {owners[0]!r} has one: PAGER_USER={shlex.quote(owners[0])} opens it" if owners[0] else
-                "one of no user is there: unset PAGER_USER to open it")
+        hint = held_by(owners[0])
     elif len(names) == 1:
         hint = f"it holds {names[0]!r}: add --session {shlex.quote(names[0])}"
     elif names:
@@ -164,6 +197,22 @@ def _not_found(home, user: str, session: str):
     else:
         hint = "`pager sessions` lists the sessions there"
     return SessionNotFound(f"no session {session!r}{of_user} in {where(home)}; {hint}")
+
+
+def held_by(owner: str) -> str:
+    """How to open a session of the name asked for that another PAGER_USER (or none) holds."""
+    return (f"user {owner!r} has one: PAGER_USER={shlex.quote(owner)} opens it" if owner else
+            "one of no user is there: unset PAGER_USER to open it")
+
+
+def refuse_held_elsewhere(home, user: str, session: str) -> None:
+    """Refuse a new session whose name another user of the store holds, naming whose it is and the
+    setting that opens it (`pager chat -s notes` under the wrong PAGER_USER started an empty session)."""
+    owners = [r["user"] for r in home.session_rows() if r["session"] == session and r["user"] != user]
+    if owners:
+        of_user = f" of user {user!r}" if user else ""
+        raise InputError(f"no session {session!r}{of_user} in {where(home)}; {held_by(owners[0])}, or "
+                         f"--new starts a new session {session!r}{of_user}")
 
 
 def where(home) -> str:
@@ -215,6 +264,9 @@ def ingest(
     from pager.formats import parse_jsonl, parse_locomo
 
     config = load_config(ctx, page_tokens=page_tokens, bookmark_model=bookmark_model, memory_model=memory_model)
+    if session == "":   # refused as chat refuses it, not taken for "no --session" (which is 'default')
+        raise InputError("--session '' is empty; give the session a name, or leave --session out for "
+                         f"{config.session!r}")
     if format == "jsonl":
         groups = parse_jsonl(file, session or config.session, warn=lambda m: typer.echo(f"pager: warning: {m}", err=True))
     elif format == "locomo":
@@ -311,12 +363,13 @@ def chat(
     policy: Optional[str] = typer.Option(None, "--policy", help="clock, lru, lfu or scored"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
     memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
+    new: bool = typer.Option(False, "--new", help="start the session even if another PAGER_USER of the store has one by that name"),
 ) -> None:
     """Talk to an agent whose memory is paged: the REPL."""
     from pager.cli.chat import run
 
     run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model,
-                    memory_model=memory_model))
+                    memory_model=memory_model), new=new)
 
 
 @command()
@@ -582,6 +635,9 @@ def trace_show(
 
     console = Console(highlight=False)
     existing_trace(ctx, trace)
+    if html and step is not None:   # the timeline has every call, as columns; one call's context is for the terminal
+        raise InputError(f"--step and --html are two views: --step {step} prints one call's context here, --html the "
+                         f"timeline of every call (call {step} is its column {step}); give one of them")
     writable(html, "--html")
     if html:
         from pager.timeline import write

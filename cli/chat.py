@@ -172,7 +172,8 @@ def lines_from(stream: TextIO, interactive: bool, home: Home) -> Iterator[str]:
 
 
 def run(config: Config, stream: TextIO | None = None, console: Console | None = None,
-        interactive: bool | None = None, home_factory: Callable[[Config], Home] = Home) -> None:
+        interactive: bool | None = None, home_factory: Callable[[Config], Home] = Home, new: bool = False) -> None:
+    """The REPL on config's session; a name that only another user of the store holds is refused unless new."""
     stream = stream or sys.stdin   # looked up per call: a test runner swaps sys.stdin after import
     console = console or Console(highlight=False)
     interactive = stream.isatty() if interactive is None else interactive
@@ -184,6 +185,10 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
     with home_factory(config) as home:
         session = home.open()
         check_new_name(session)   # a name a new session may not have is refused now, not at the first message
+        if not session.turn_count and not new:
+            from pager.cli.app import refuse_held_elsewhere
+
+            refuse_held_elsewhere(home, session.user, session.name)
         settle()
         if loading:
             loading.join()

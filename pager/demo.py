@@ -53,6 +53,9 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
     started = time.perf_counter()
     if keep is not None and keep.exists() and not keep.is_dir():
         raise InputError(f"--keep {keep} is a file; give a folder for the demo's home (made if missing)")
+    if keep is not None and keep.is_dir() and not is_home(keep) and (held := sorted(p.name for p in keep.iterdir())):
+        raise InputError(f"--keep {keep} holds other files ({', '.join(held[:3])}{', …' if len(held) > 3 else ''}) and "
+                         "is not a pager home; give a new or empty folder for the demo's home (made if missing)")
     with ExitStack() as stack:
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pager-demo-")))
         config = Config(home=folder, budget=budget, session="demo")
@@ -74,6 +77,12 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
         console.print(f"\nWall time {time.perf_counter() - started:.1f} s.")
         _next(console, keep)
         return {"found": sum(r[2] for r in results), "asked": len(results), **tiers, **session.stats()}
+
+
+def is_home(folder: Path) -> bool:
+    """Whether a folder is a pager home: any writing command makes its traces folder and a journal (under
+    stores/ for a store that --db put elsewhere)."""
+    return (folder / "traces").is_dir() and ((folder / "journal").is_dir() or (folder / "stores").is_dir())
 
 
 def _next(console: Console, keep: Path | None) -> None:

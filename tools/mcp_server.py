@@ -88,16 +88,46 @@ def serve(toolkit: Toolkit) -> None:
 async def _serve_stdio(server) -> None:
     """MCPServer.run("stdio"), reading stdin through `answerable` (the SDK drops, without a reply,
     a line it cannot parse: a lone surrogate, nesting too deep for its parser)."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server(stdin=_Answerable(_stdin_lines())) as (read, write):  # type: ignore[arg-type]  # duck-typed
+        low = server._lowlevel_server
+        await low.run(read, write, low.create_initialization_options())
+
+
+async def _stdin_lines():
+    """stdin's lines. A terminal or a pipe is waited on by the event loop, so Ctrl-C cancels the wait at
+    once: anyio.wrap_file read each line in a worker thread that a cancel waits for and the exit joins,
+    and Ctrl-C did nothing until the next line or Ctrl-D came. What the loop cannot wait on (a regular
+    file, /dev/null) never blocks, and is read as before."""
+    import codecs
     import io
+    import os
+    import selectors
     import sys
 
     import anyio
-    from mcp.server.stdio import stdio_server
 
-    stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-    async with stdio_server(stdin=_Answerable(stdin)) as (read, write):  # type: ignore[arg-type]  # duck-typed
-        low = server._lowlevel_server
-        await low.run(read, write, low.create_initialization_options())
+    fd = sys.stdin.fileno()
+    try:
+        with selectors.DefaultSelector() as probe:
+            probe.register(fd, selectors.EVENT_READ)
+    except (OSError, ValueError):   # epoll refuses regular files
+        async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):
+            yield line
+        return
+    decoder, pending = codecs.getincrementaldecoder("utf-8")(errors="replace"), ""
+    while True:
+        await anyio.wait_readable(fd)
+        chunk = os.read(fd, 1 << 16)   # readable: this does not block
+        pending += decoder.decode(chunk, final=not chunk)
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            yield line + "\n"
+        if not chunk:
+            if pending:
+                yield pending
+            return
 
 
 class _Answerable:
