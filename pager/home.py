@@ -649,9 +649,34 @@ class Home:
             return
         try:
             self.flush()
+            self.recover_dead()
         except StoreError as exc:
             for s in self.sessions.values():
                 s.emit("store_error", error=str(exc))
+
+    def recover_dead(self) -> int:
+        """Recover the journal segments of this home's processes that died while this one runs (a
+        `pager ingest` killed beside a `pager serve`), as the next process to start would (recover):
+        their turns reach the store now, not at that start, and the leases this process holds can be
+        given up when idle, which waits while another process's segment is there (_release_idle).
+        Open sessions first take in what the segments hold (sync), with the events a replay reads;
+        recovery's adoption is idempotent (turns and state changes, facts and summaries by number,
+        bookmarks by uid), so it writes only what the store lacks. Returns the segments recovered."""
+        if self.read_only or self._closing:
+            return 0
+        with self._mutex:
+            dead = self.journal.dead()
+            if not dead:
+                return 0
+            for s in list(self.sessions.values()):
+                s.sync()
+            # a session another home writes is recovered when this home next writes it
+            self.recover(live=frozenset(self.sessions), wait=False)
+            gone = [path.name for path in dead if not path.exists()]
+            if gone:
+                self.warn(f"recovered the journal {', '.join(gone)} of a process of this home that died: "
+                          "everything it acknowledged is in the store")
+            return len(gone)
 
     def flush(self) -> None:
         """Write every open session's pending turns, pages, bookmarks and page table in one batch,
@@ -717,7 +742,10 @@ class Home:
         if not self._mutex.acquire(blocking=False):
             return
         try:
-            if self._closing or self._live_others():
+            if self._closing:
+                return
+            self.recover_dead()   # a dead process's segment would count as a live one below, for good
+            if self._live_others():
                 return
             self.flush()
             idle = set(self.leases.idle())  # under the mutex nothing was written since: still idle
@@ -729,30 +757,33 @@ class Home:
         """The segments of other live processes of this home (a dead process's kept one is no sharer)."""
         return [path for path in self.journal.segments() if path not in self._kept]
 
-    def recover(self) -> int:
+    def recover(self, live: frozenset = frozenset(), wait: bool = True) -> int:
         """Write journal segments left by dead processes into the store; returns turns recovered.
         A segment goes only after its ops are in the store; one with damaged records is set aside.
-        The sessions of a segment whose lease another home holds wait in self._kept, and are
-        recovered when this home takes their lease (_lease), before it numbers a turn of theirs."""
+        The sessions of a segment whose lease another home holds wait in self._kept (for up to
+        lease_wait_s first when `wait`), and are recovered when this home takes their lease (_lease),
+        before it numbers a turn of theirs. `live`: sessions this process has open, whose page
+        table is its own (recover_dead): the dead process's pins are not applied to it."""
         count = 0
         with self._mutex:  # the mutex before any session lock, as everywhere
             for path, ops, damaged in self.journal.orphans():
-                count += self._recover_segment(path, ops, damaged, self.journal)
+                count += self._recover_segment(path, ops, damaged, self.journal, live, wait)
             if self.local != self.path:  # an older pager kept every store's journal in <home>/journal
                 older = Journal(self.path / "journal", self.journal.fsync, report=self.warn, lazy=True)
                 for path, ops, damaged in older.orphans(untagged=HOME_TAG):
                     self.warn(f"the journal {path.name} of a dead process of an older pager, which did not record "
                               f"its store, is recovered into {self.config.db_uri}")
-                    count += self._recover_segment(path, ops, damaged, older)
+                    count += self._recover_segment(path, ops, damaged, older, live, wait)
         return count
 
-    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool, journal: Journal) -> int:
+    def _recover_segment(self, path: Path, ops: list[dict], damaged: bool, journal: Journal, live: frozenset,
+                         wait: bool) -> int:
         keys = {(op["user"], op["session"]) for op in ops}
         self._kept[path] = Kept(frozenset(keys), set(keys), damaged, journal)
         count = 0
         for user, session in sorted(keys):
             try:
-                fresh = self.leases.ensure(user, session)
+                fresh = self.leases.ensure(user, session, wait=wait)
             except LeaseHeld as exc:
                 self.warn(f"the journal {path.name} of a dead process holds turns of session {session!r}, which "
                           f"another home is writing; they are recovered when this home next writes it: {exc}")
@@ -762,7 +793,8 @@ class Home:
                 s.sync(lock)
                 if fresh:
                     s.catch_up()
-                count += self._recover_ops(s, lock, [op for op in ops if (op["user"], op["session"]) == (user, session)])
+                count += self._recover_ops(s, lock, [op for op in ops if (op["user"], op["session"]) == (user, session)
+                                                     and not (op["op"] == "pin" and (user, session) in live)])
         self._recovered(path)
         return count
 

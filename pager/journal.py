@@ -339,15 +339,10 @@ class Journal:
         for path in self.segments():
             if untagged and path.stem.endswith(untagged):
                 continue
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError:
+            fd = self._unlocked(path)
+            if fd is None:
                 continue
             try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # its process is alive
                 if os.fstat(fd).st_nlink == 0:
                     continue  # recovered by another process while we waited
                 read = read_segment(path, 0, final=True)
@@ -355,6 +350,32 @@ class Journal:
                 yield path, read.ops, bool(read.damage)
             finally:
                 os.close(fd)
+
+    def dead(self) -> list[Path]:
+        """The segments of other processes that hold no lock: their processes died (orphans offers them)."""
+        if self.read_only:
+            return []
+        found = []
+        for path in self.segments():
+            fd = self._unlocked(path)
+            if fd is not None:
+                os.close(fd)   # closing releases the flock
+                found.append(path)
+        return found
+
+    @staticmethod
+    def _unlocked(path: Path) -> int | None:
+        """A descriptor of the segment holding its flock, or None when its process is alive (or it is gone)."""
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None   # its process is alive
+        return fd
 
     def set_aside(self, path: Path) -> None:
         """Keep a recovered segment that had damage, for a person to look at; it is not read again."""

@@ -22,7 +22,8 @@ store holds before it numbers a turn. Close releases every lease after the closi
 everything the home accepted is in the store. Another home is
 refused with one line naming the holder, or waits up to lease_wait_s. A holder killed with
 SIGKILL stops renewing: its lease lapses lease_s after it was last seen, and its journal is
-recovered by its own home on restart (once it can take the lease again).
+recovered by its own home (once it can take the lease again): by a live process of that home at
+its next flush or idle round (Home.recover_dead), else on restart.
 
 Expiry compares the claimant's clock with the holder's: hosts need clocks that agree to well
 within lease_s (NTP does).
