@@ -481,6 +481,11 @@ def test_the_benchmark_times_the_reference_beside_each_append_and_question_and_l
         assert order == ["reference", "pager", "pager", "reference", "reference", "pager"]
         assert session.turn_count == turns + len(texts) and rate > 0 and cpu_rate > 0
         assert reference.table.count_rows() == reference.appended == len(texts)
+        # the rows are the turns, numbered in order, each with its text's embedding
+        stored = reference.table.to_arrow().sort_by("turn").to_pylist()
+        assert [r["turn"] for r in stored] == list(range(1, len(texts) + 1))
+        assert [r["text"] for r in stored] == texts and {(r["user"], r["session"]) for r in stored} == {("u0", "reference")}
+        assert np.array_equal(np.array([r["vector"] for r in stored[:50]], dtype=np.float32), home.embedder.embed(texts[:50]))
         asks = [f"what did {NAMES[i]} say about the {WORDS[20 + i]}?" for i in range(3)]
         reference.index(asks)
         assert reference.made and set(reference.made).isdisjoint(before)
