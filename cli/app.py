@@ -569,6 +569,9 @@ def migrate(ctx: typer.Context) -> None:
     from pager.store import MIGRATIONS, SCHEMA_VERSION
 
     config = load_config(ctx)
+    if not _store_made(config):   # a typo in --home or --db: opening it for writing would make an empty store
+        raise InputError(f"no pager store at {config.db_uri}: nothing to migrate; check --home (PAGER_HOME) "
+                         "or --db (PAGER_DB), or make it with any pager ingest or pager chat")
     notes: list[str] = []
     with Home(config, warn=notes.append) as home:
         _ = home.store  # opening it for writing applies what is missing
@@ -577,6 +580,16 @@ def migrate(ctx: typer.Context) -> None:
     if not any("was migrated" in note for note in notes):
         typer.echo(f"the store at {config.db_uri} is up to date: schema v{SCHEMA_VERSION}, "
                    f"migrations {', '.join(m.__name__ for m in MIGRATIONS)}")
+
+
+def _store_made(config) -> bool:
+    """Whether the configured store holds pager's tables, looked at without making anything."""
+    from pager.store import LanceStore, is_local
+
+    if is_local(config.db_uri):
+        folder = Path(config.db_uri.removeprefix("file://"))
+        return (folder / "meta.lance").is_dir() or (folder / "turns.lance").is_dir()
+    return bool(LanceStore(config.db_uri, read_only=True, storage_options=config.storage_options or None)._table_names())
 
 
 @command()

@@ -156,3 +156,18 @@ def test_ingest_refuses_an_empty_session_name_as_chat_does(tmp_path):
     result = runner.invoke(app, ["--home", str(tmp_path / "home"), "ingest", str(tmp_path / "one.jsonl"), "-s", ""], env=ENV)
     assert result.exit_code == 2 and "--session '' is empty" in result.output, result.output
     assert _sessions(tmp_path / "home") == []
+
+
+def test_migrate_of_a_home_that_is_not_there_is_refused_not_made(tmp_path):
+    """`pager --home ~/.pagr migrate` (a typo) made a new, empty store there and said it was up to date.
+    It is refused now, naming the settings, and nothing is made; a real home migrates as before."""
+    typo = tmp_path / "typo"
+    result = runner.invoke(app, ["--home", str(typo), "migrate"], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "no pager store" in result.output and "PAGER_HOME" in result.output
+    assert not (typo / "db").exists()
+    (tmp_path / "one.jsonl").write_text('{"speaker": "ann", "text": "hello there"}\n')
+    home = ["--home", str(tmp_path / "home")]
+    assert runner.invoke(app, [*home, "ingest", str(tmp_path / "one.jsonl")], env=ENV).exit_code == 0
+    result = runner.invoke(app, [*home, "migrate"], env=ENV)
+    assert result.exit_code == 0 and "up to date" in result.output, result.output
