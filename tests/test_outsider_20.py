@@ -116,7 +116,11 @@ def test_ctrl_c_stops_pager_mcp_while_it_waits_for_a_client(tmp_path):
     import threading
 
     env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "pager.cli", "mcp", "-s", "desk"], stdin=subprocess.PIPE,
+    # Ctrl-C as a terminal's foreground process takes it: a test run started in the background (`.ci/run &`)
+    # ignores SIGINT, and a child inherits that, so the child gives itself Python's handler first
+    terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "sys.argv = ['pager', 'mcp', '-s', 'desk']; runpy.run_module('pager.cli', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", terminal], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
