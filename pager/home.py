@@ -665,7 +665,8 @@ class Home:
         if self.read_only or self._closing:
             return 0
         with self._mutex:
-            dead = self.journal.dead()
+            # one waiting for another home's lease is recovered when this home next writes its session (_lease)
+            dead = [path for path in self.journal.dead() if path not in self._kept]
             if not dead:
                 return 0
             for s in list(self.sessions.values()):
