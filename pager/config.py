@@ -156,6 +156,27 @@ class Config:
                               "(PAGER_MEMORY_MODEL) alone, or drop it for --bookmark-model")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
+        if self.db and "://" in self.db and not self.db.startswith("file://"):
+            self._check_object_store()
+
+    def _check_object_store(self) -> None:
+        """Settings LanceDB would only trip over on its first request (a Rust panic, a parse error naming
+        its own source file), refused here naming the setting."""
+        scheme, _, rest = self.db.partition("://")
+        if not rest.split("/")[0].split("?")[0]:
+            raise ConfigError(f"--db {self.db!r} names no bucket; give {scheme}://BUCKET/PREFIX (or PAGER_DB)")
+        aws = dict(self.aws)
+        endpoint, allow = self.s3_endpoint or aws.get("endpoint", ""), self.s3_allow_http or aws.get("allow_http", "")
+        where = "PAGER_S3_ENDPOINT" if self.s3_endpoint else "AWS_ENDPOINT_URL"
+        if endpoint and not endpoint.lower().startswith(("http://", "https://")):
+            raise ConfigError(f"{where}={endpoint!r} is not a URL; give the scheme too, e.g. {where}=http://{endpoint} "
+                              f"(or https://)")
+        flag = "PAGER_S3_ALLOW_HTTP" if self.s3_allow_http else "AWS_ALLOW_HTTP"
+        if allow and allow.strip().lower() not in ("true", "false"):
+            raise ConfigError(f"{flag}={allow!r} is not true or false; set {flag}=true to allow plain http")
+        if endpoint.lower().startswith("http://") and allow.strip().lower() == "false":
+            raise ConfigError(f"{flag}=false refuses plain http, and {where} is {endpoint}; set {flag}=true "
+                              f"(or unset it: an http:// endpoint allows http), or give an https:// endpoint")
 
     @property
     def writer_model(self) -> str:

@@ -33,6 +33,7 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from .config import Config
 from .engine import Engine
@@ -399,6 +400,10 @@ class Server:
             tool, arguments = "state_unset", {"key": key}
 
         def run():
+            if not self.engine.exists(tenant, name):   # GET …/state would not find it: a session begins with a turn
+                raise RequestError(f"no session {name!r}; a session begins with its first turn: POST /sessions/"
+                                   f"{quote(name, safe='')}/turns (or a chat completion), then set its state",
+                                   404, "not_found_error", "session_not_found")
             s = self.engine.open(tenant, name, trace=True)
             if tool == "state_unset" and key not in s.state.current:
                 raise RequestError(f"the state has no key {key!r}", 404, "not_found_error", "state_key_not_found")

@@ -223,6 +223,9 @@ class Session:
         if not isinstance(m, dict):
             raise InputError("a message is an object with a \"text\"; send one")
         text = m.get("text")
+        if text is not None and not isinstance(text, str):
+            raise InputError(f"a message's text must be a string, not {type(text).__name__} {str(text)[:40]}; "
+                             "send it as a string")
         if not isinstance(text, str) or not text.strip():
             raise InputError("an empty message has nothing to remember; send some text")
         if "\x00" in text:

@@ -330,7 +330,8 @@ class LanceStore:
             cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
             if not cut:
                 raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "
-                                 f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}), "
+                                 f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}; "
+                                 "in Python, Config(embedder=...), or Config.load(...), which reads PAGER_EMBEDDER), "
                                  "or use a new --home")
             if self.read_only:
                 raise StoreError(f"the store at {self.uri} holds {stored}-dim vectors, the embedder makes {self.dim}; "

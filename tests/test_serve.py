@@ -928,6 +928,8 @@ def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
             r = b.get(path)
             assert r.status_code == 404 and "Porto" not in r.text, path
         assert b.delete("/sessions/tiers/state/city").status_code == 404
+        assert b.put("/sessions/tiers/state/city", json={"value": "Oslo"}).status_code == 404   # bravo has no such session
+        assert b.post("/sessions/tiers/turns", json={"messages": [{"content": "hello"}]}).status_code == 201
         assert b.put("/sessions/tiers/state/city", json={"value": "Oslo"}).status_code == 200   # bravo's own session
     with keyed.http(keyed.key_a) as a:
         assert a.get("/sessions/tiers/state").json()["state"] == {}

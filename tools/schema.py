@@ -171,15 +171,21 @@ def _exact(kind: Kind, value) -> bool:
             "null": value is None}.get(t, False) if isinstance(t, str) else False
 
 
+_PLURALS = {"a string": "strings", "a whole number": "whole numbers", "a number": "numbers",
+            "true or false": "true/false values"}
+
+
 def _list(item: Kind) -> Kind:
+    label = "a list of " + _PLURALS.get(item.label, f"values that are {item.label}")   # not "a list of a strings"
+
     def coerce(name: str, value):
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]   # "p3" for ["p3"]
         if not isinstance(value, list):
-            raise ValueError(f"{name} must be a list of {item.label}s, got {_show(value)}")
+            raise ValueError(f"{name} must be {label}, got {_show(value)}")
         return [item.coerce(name, v) for v in value]
 
-    return Kind({"type": "array", "items": item.schema}, coerce, f"a list of {item.label}s")
+    return Kind({"type": "array", "items": item.schema}, coerce, label)
 
 
 def _show(value) -> str:

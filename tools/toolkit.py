@@ -75,6 +75,7 @@ class Toolkit:
         self.dispatcher = dispatcher
         self._lock = threading.Lock()
         self._writer = None
+        self._closed = False
         if trace:
             path = new_trace_path(self.home.path, self.session.user, self.session.name, "toolkit")
             self._writer = TraceWriter(path, note=f"toolkit session {self.session.name!r}: tool calls from another agent")
@@ -97,6 +98,9 @@ class Toolkit:
     def run(self, name: str, arguments: str | dict | None = None) -> tuple[str, bool]:
         """(text, ok): for servers that mark failed calls as errors."""
         with self._lock:
+            if self._closed:   # its home let go of the journal and the store: a call now would open them again behind it
+                raise PagerError(f"this Toolkit for session {self.session.name!r} is closed (close() or the end of its "
+                                 "`with` block); make a new pager.Toolkit(...) to go on")
             problem = unreadable(name, arguments)
             if problem:   # nothing runs, so nothing is recorded: replay has nothing to redo
                 return problem, False
@@ -168,6 +172,7 @@ class Toolkit:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._writer:
                 self.session.emit("session_end", turns=self.session.turn_count, **self.session.counters)
                 self._writer.close()
