@@ -57,7 +57,7 @@ def test_rest_state_of_a_session_without_turns_is_404_not_set_then_unreadable(tm
     /sessions/new/state` (and `GET /sessions/new`, `GET /sessions`) said "no session 'new'". A session
     begins with a turn, as every reader counts it: the PUT (and DELETE) is a 404 naming how to start one,
     and once it has a turn the state is set and read back."""
-    from tests.test_serve import Running
+    from test_serve import Running
 
     running = Running(tmp_path)
     try:
