@@ -448,7 +448,7 @@ class _Reference:
         t0, c0 = time.perf_counter(), time.process_time()
         embedded = np.ascontiguousarray(self.embedder.embed(texts), dtype=np.float32)
         # built column by column, the vectors handed over as one buffer: rows of Python lists of floats
-        # cost the reference ~7-11 ms per 1,000 turns more (BENCHMARKS.md, tenth round)
+        # cost the reference ~8 ms per 1,000 turns more (BENCHMARKS.md, "The reference's append, column by column")
         self.table.add(pa.table({"user": pa.array(["u0"] * len(texts)), "session": pa.array(["reference"] * len(texts)),
                                  "turn": pa.array(np.arange(first + 1, first + len(texts) + 1, dtype=np.int64)),
                                  "text": pa.array(texts),
