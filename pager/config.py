@@ -111,6 +111,14 @@ class Config:
     lease_idle_s: float = 60.0   # a lease not used to write for this long is given up (after a flush); 0: kept until close
 
     def __post_init__(self) -> None:
+        for name in ("session", "user", "db", "model"):   # Config(session=123) failed later, as an AttributeError
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be text, not {type(value).__name__} {str(value)[:40]}; "
+                                  f"give it as a string, e.g. {name}={str(value)[:40]!r}")
+        if not isinstance(self.home, (str, os.PathLike)):
+            raise ConfigError(f"home must be a folder path (a string or a Path), not {type(self.home).__name__} "
+                              f"{str(self.home)[:40]}")
         if not str(self.home).strip():   # Path("") is the current folder: never what `--home ""` meant
             raise ConfigError("the home is empty; give a folder with --home (or PAGER_HOME), or leave it unset for ~/.pager")
         object.__setattr__(self, "home", Path(self.home).expanduser())

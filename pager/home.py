@@ -480,6 +480,7 @@ class Home:
         one turn per message (a message whose key the session already holds gets that turn back)."""
         if self.read_only:
             raise StoreError("this home was opened read-only; open it without read_only to write")
+        self._check_open()
         for s in groups:
             check_new_name(s)
         drafts = {s: [s.draft(m) for m in messages] for s, messages in groups.items()}  # refuse before taking
@@ -522,6 +523,13 @@ class Home:
             self.maybe_flush()
         return Accepted({s: plans[s][1] for s in order}, new={s: len(plans[s][0]) for s in order})
 
+    def _check_open(self) -> None:
+        """Refuse a write after close: the journal and the leases were let go of, and a write would open a
+        journal again behind the close (accepted, and left for the next process to find)."""
+        if self._closed:
+            raise StoreError(f"this home ({self.path}) was closed (close() or the end of its `with` block); open a "
+                             "new pager.Home(config) to write")
+
     EARLY = 8   # turns in an accepted group from which their text is embedded while the journal syncs
 
     def _embed_early(self, turns: list):
@@ -553,6 +561,7 @@ class Home:
         builds the op under the lock after the session took in what other processes wrote (a state
         change is numbered after theirs); it returns None when there is nothing to write, or a list of
         ops to write in one frame (a batch of facts)."""
+        self._check_open()
         check_new_name(session)
         with self._mutex, self.session_lock(session.user, session.name) as lock:
             self._lease(session, lock)

@@ -119,3 +119,34 @@ def test_a_wrong_list_argument_reads_as_english(tmp_path):
         assert "keywords must be a list of strings, got {'vault': 1}" in text, text
         text = memory.call("bookmark", '{"page_ids": [["p1"]], "keywords": ["vault"]}')
         assert "page_ids must be a string, got ['p1']" in text, text
+
+
+def test_a_closed_home_refuses_writes_naming_the_fix(tmp_path):
+    """Left by the pass and fixed after it: a `pager.Home` written after `close()` opened a new journal
+    segment behind the close and accepted the turn (durable, found by the next process, but written
+    through a home its program had let go of). Turns, state and bookmarks are refused now, and nothing
+    is written."""
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=128, embedder="hash")
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open("notes")
+        s.append("ann", "the boat leaves at nine")
+    for write in (lambda: s.append("ann", "written after close"), lambda: s.set_state("k", "v"),
+                  lambda: s.bookmark([1], ["boat"])):
+        with pytest.raises(StoreError, match="was closed.*new pager.Home"):
+            write()
+    assert not list((home.local / "journal").glob("*.wal"))
+    assert _turns(tmp_path / "h", "notes") == ["the boat leaves at nine"]
+
+
+@pytest.mark.parametrize("given", [{"session": 123}, {"user": ["bob"]}, {"home": 5}])
+def test_settings_of_the_wrong_type_name_the_setting(tmp_path, given):
+    """Left by the pass and fixed after it: `pager.Toolkit(session=123)` was an AttributeError from deep in
+    the engine, `home=5` a TypeError. Config refuses them, naming the setting."""
+    name = next(iter(given))
+    with pytest.raises(ConfigError, match=f"{name} must be"):
+        Config(**({"home": tmp_path / "h"} | given))
+    with pytest.raises(ConfigError, match=f"{name} must be"):
+        pager.Toolkit(**({"home": tmp_path / "h"} | given))
