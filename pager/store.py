@@ -283,19 +283,26 @@ class LanceStore:
     def _open_or_create(self) -> None:
         existing = set(self._table_names())
         fresh = not existing
+        if fresh and not self.read_only:
+            self._create_meta()
+        elif "meta" in existing:
+            self._tables["meta"] = self._open("meta")
+        meta = self._meta() if "meta" in self._tables else {}
         for name, schema in self._schemas().items():
+            if name in self._tables:
+                continue
             if name in existing:
                 self._tables[name] = self._open(name)
-            elif self.read_only or (name in ADDED_BY_MIGRATION and not fresh):
+            elif self.read_only or (name in ADDED_BY_MIGRATION and f"migration:{ADDED_BY_MIGRATION[name]}" not in meta):
                 continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
             else:
                 self._create(name, schema)
         if "leases" in existing:
             self._tables["leases"] = self._open("leases")
-        elif fresh and not self.read_only:
-            self._create_leases()
+        elif not self.read_only and (fresh or "migration:m003_leases" in meta):
+            self._create_leases()   # made at once by a process that found the store being made
         if "meta" in self._tables:
-            self._check(fresh)
+            self._check(meta)
         if not self.read_only:   # a process creating this store at the same time may have made more since we listed
             made = set(self._table_names())
             for name in [*self._schemas(), "leases"]:
@@ -309,17 +316,28 @@ class LanceStore:
             # another process created it first
             self._tables[name] = self._open(name)
 
+    def _create_meta(self) -> None:
+        """A new store's meta table is made first and born with its rows (the schema, the vector size and
+        every migration as "new store") in one commit. A process opening the store while this one makes
+        it (two processes started on a new home) then finds it versioned and makes the tables still
+        missing itself, instead of taking a store of no version for one of release 0.1 and running
+        every migration on it, each with a notice."""
+        import pyarrow as pa
+
+        values = {"schema": str(SCHEMA_VERSION), "dim": str(self.dim),
+                  **{f"migration:{m.__name__}": "new store" for m in MIGRATIONS}}
+        data = pa.Table.from_pylist([{"key": k, "value": v} for k, v in values.items()], schema=self._schemas()["meta"])
+        try:
+            self._tables["meta"] = self.db.create_table("meta", data=data)
+        except (OSError, ValueError, RuntimeError):
+            self._tables["meta"] = self._open("meta")  # another process created it first
+
     def _meta(self) -> dict[str, str]:
         return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
 
-    def _check(self, fresh: bool) -> None:
+    def _check(self, meta: dict[str, str]) -> None:
         """Refuse a store this pager cannot read (newer schema, other vector size); bring an older
         one forward by the named migrations it lacks. A store of release 0.1 has no meta rows."""
-        meta = self._meta()
-        if fresh and not meta and not self.read_only:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim),
-                            **{f"migration:{m.__name__}": "new store" for m in MIGRATIONS}})
-            return
         version = int(meta.get("schema", 1))
         if version > SCHEMA_VERSION:
             raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
@@ -761,7 +779,8 @@ def m003_leases(store: LanceStore) -> None:
         store._create_leases()
 
 
-ADDED_BY_MIGRATION = {"state_changes", "facts", "summaries"}  # tables a store made by an older release gains by a named step
+# tables a store made by an older release gains by a named step (leases too: m003_leases)
+ADDED_BY_MIGRATION = {"state_changes": "m004_memory_tiers", "facts": "m004_memory_tiers", "summaries": "m005_summaries"}
 
 
 @migration

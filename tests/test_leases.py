@@ -14,6 +14,7 @@ from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.errors import LeaseHeld
 from pager.home import Home
+from pager.store import MIGRATIONS, SCHEMA_VERSION
 
 
 @pytest.fixture(params=["disk", "s3", "s3ddb"])
@@ -293,3 +294,35 @@ def test_a_home_that_restarts_while_another_holds_the_lease_recovers_when_it_tak
         assert texts(reader, "s") == ["host b, after the lease lapsed", *dead, "host a, after its restart"]
     with Home(config("a"), embedder=HashEmbedder()) as again:   # nothing left to recover, nothing twice
         assert again.recovered == 0 and not again.warnings, again.warnings
+
+
+def test_a_store_opened_while_another_process_makes_it_is_not_migrated(tmp_path, monkeypatch):
+    """Two processes started on a new home at once: the second opens the store while the first is
+    making its tables. It finds the store versioned (the meta table is made first, with its rows),
+    makes the tables still missing itself, and runs no migration: before, it took the half-made store
+    for one of release 0.1 and ran every migration on it, printing a notice for each."""
+    from pager.store import LanceStore
+
+    uri = str(tmp_path / "db")
+    notices: list[str] = []
+    made = LanceStore._create
+    opened: list = []
+
+    def paused(self, name, schema):   # the first process, stopped once its first table is made
+        made(self, name, schema)
+        if not opened:
+            opened.append(None)        # the second process's own tables are made as usual
+            opened[0] = LanceStore(uri, dim=8, notify=notices.append)
+
+    monkeypatch.setattr(LanceStore, "_create", paused)
+    first = LanceStore(uri, dim=8, notify=notices.append)
+    second = opened[0]
+    assert notices == []
+    for store in (first, second):
+        assert set(store._tables) == {"turns", "pages", "bookmarks", "states", "state_changes", "facts",
+                                      "summaries", "meta", "leases"}
+    meta = second._meta()
+    assert meta["schema"] == str(SCHEMA_VERSION) and meta["dim"] == "8"
+    assert all(meta[f"migration:{m.__name__}"] == "new store" for m in MIGRATIONS)
+    assert first.swap_lease("u", "s", lambda held: ({"holder": "one", "expires": 1e12}, held)) is None
+    assert second.lease("u", "s")["holder"] == "one"     # one leases table, shared
