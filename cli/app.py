@@ -584,12 +584,12 @@ def migrate(ctx: typer.Context) -> None:
 
 def _store_made(config) -> bool:
     """Whether the configured store holds pager's tables, looked at without making anything."""
-    from pager.store import LanceStore, is_local
+    from pager.store import is_local, table_names
 
     if is_local(config.db_uri):
         folder = Path(config.db_uri.removeprefix("file://"))
         return (folder / "meta.lance").is_dir() or (folder / "turns.lance").is_dir()
-    return bool(LanceStore(config.db_uri, read_only=True, storage_options=config.storage_options or None)._table_names())
+    return bool(table_names(config.db_uri, config.storage_options or None))
 
 
 @command()

@@ -178,6 +178,7 @@ class Engine:
                 over -= 1
         for key in closing:
             self.close_session(*key)
+        self.home.recover_waiting()   # a dead process's turns that waited for another home's lease
         return closing
 
     def close_session(self, tenant: str, name: str) -> None:
@@ -190,19 +191,37 @@ class Engine:
         self._used.pop((tenant, name), None)
 
     def exists(self, tenant: str, name: str) -> bool:
-        """Whether the tenant has this session (open here, or with turns in the store)."""
+        """Whether the tenant has this session (open here, or with turns in the store, other homes' too)."""
         s = self.home.sessions.get((tenant, name))
         if s is not None and s.turn_count:
             return True
+        self._look_again()
         return self.home.store.turn_count(tenant, name) > 0
 
+    def read(self, tenant: str, name: str) -> Session:
+        """The session for a reader, with what other processes of this home made durable since and, unless
+        this home is writing it (it holds the lease), what other homes flushed to the store."""
+        s = self.open(tenant, name)
+        s.sync()
+        if self.home.leases.applies() and s.key() not in self.home.leases.held:
+            s.follow()
+        return s
+
     def sessions(self, tenant: str) -> list[dict]:
-        """The tenant's sessions with turns and pages; the open ones as this process holds them."""
+        """The tenant's sessions with turns and pages; the open ones as this process holds them, unless
+        the store (other homes) holds more."""
+        self._look_again()
         found = {r["session"]: r for r in self.home.session_rows(journals=False) if r["user"] == tenant}
         for (user, name), s in self.home.sessions.items():
-            if user == tenant and s.turn_count:
+            if user == tenant and s.turn_count and s.turn_count >= found.get(name, {}).get("turns", 0):
                 found[name] = {"user": user, "session": name, "turns": s.turn_count, "pages": s.page_count}
         return [{"session": r["session"], "turns": r["turns"], "pages": r["pages"]} for _, r in sorted(found.items())]
+
+    def _look_again(self) -> None:
+        """See what other homes sharing the store flushed since this process last looked (LanceDB's tables
+        stay at the version they were read at until asked)."""
+        if self.home.leases.applies():
+            self.home.store.refresh()
 
     def close(self) -> None:
         with self.lock:

@@ -763,6 +763,35 @@ class Home:
         finally:
             self._mutex.release()
 
+    def recover_waiting(self) -> list[tuple[str, str]]:
+        """Recover the dead processes' records that wait for another home's lease (recover) as soon as
+        that lease is free, not at this home's next write of the session, which may never come: until
+        then no host sees them, this one neither. The lease is taken only to store them and given back
+        at once, so the home that writes the session is kept waiting for no longer than that. Called
+        now and then by a long-running process (pager serve). Returns the sessions recovered."""
+        if self.read_only or self._closing or not self._kept or not self._mutex.acquire(blocking=False):
+            return []
+        done = []
+        try:
+            for user, session in sorted({key for kept in self._kept.values() for key in kept.waiting}):
+                if (user, session) in self.leases.held:
+                    continue   # written here since: its write recovered them, or will
+                try:
+                    self.leases.ensure(user, session, wait=False, touch=False)
+                except LeaseHeld:
+                    continue   # still written elsewhere: tried again next time
+                with self.session_lock(user, session) as lock:
+                    s = self.open(session, user)
+                    s.sync(lock)
+                    self._recover_kept(s, lock)
+                done.append((user, session))
+            if done:
+                self.flush()
+                self.leases.give_up(done)
+        finally:
+            self._mutex.release()
+        return done
+
     def _live_others(self) -> list[Path]:
         """The segments of other live processes of this home (a dead process's kept one is no sharer)."""
         return [path for path in self.journal.segments() if path not in self._kept]

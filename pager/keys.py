@@ -32,6 +32,11 @@ TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 _KEY = re.compile(r"^pgr_([0-9a-f]{12})_([A-Za-z0-9_-]{20,80})$")
 
 
+def is_key(text: str) -> bool:
+    """Whether text has the shape of a pager key (`pgr_<id>_<secret>`), valid or not."""
+    return bool(_KEY.match(text or ""))
+
+
 @dataclass(frozen=True)
 class KeyRecord:
     id: str

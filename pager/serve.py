@@ -39,7 +39,7 @@ from .config import Config
 from .engine import Engine
 from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError
 from .fsck import durable_turns
-from .keys import KeyRing
+from .keys import KeyRing, is_key
 from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
                     error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
@@ -70,9 +70,11 @@ def _loopback(host: str) -> bool:
     if host in LOOPBACK:
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)   # ::ffff:127.0.0.1, as a dual-stack socket reports an IPv4 peer
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def _local_name(host: str) -> bool:
@@ -138,16 +140,25 @@ def _too_large(limit: int) -> RequestError:
 
 def tenant_of(request, keys: KeyRing, default: str) -> str:
     """The tenant of the request's bearer key; with no keys configured, the local user, and only for
-    requests addressed to loopback (a web page the user visits could otherwise reach the memory by
-    DNS rebinding, or write to it with a simple cross-origin POST)."""
-    if not keys:
-        if not _local_name(request.headers.get("host", "")) or not _local_origin(request.headers.get("origin")):
-            raise RequestError("without keys this server answers only requests addressed to loopback with no "
-                               "foreign Origin; create a key with `pager keys create --tenant NAME`", 403,
-                               "permission_error", "not_local")
-        return default
+    requests from loopback, addressed to loopback (a web page the user visits could otherwise reach the
+    memory by DNS rebinding, or write to it with a simple cross-origin POST). The peer is checked as well
+    as the Host header, which the client writes: a server bound beyond loopback whose last key was
+    revoked answers no one else. A pager key sent to a server with none is refused, not ignored: it was
+    revoked (or made in another home), and its requests must not reach the local user's sessions."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
+    if not keys:
+        peer = request.client.host if request.client else "127.0.0.1"
+        if (not _loopback(peer) or not _local_name(request.headers.get("host", ""))
+                or not _local_origin(request.headers.get("origin"))):
+            raise RequestError("without keys this server answers only requests from and addressed to loopback with "
+                               "no foreign Origin; create a key with `pager keys create --tenant NAME`", 403,
+                               "permission_error", "not_local")
+        if scheme.lower() == "bearer" and is_key(token.strip()):
+            raise RequestError("this key is not valid here: the server has no keys (it was revoked, or made in "
+                               "another home); make one with `pager keys create --tenant NAME`", 401,
+                               "authentication_error", "invalid_api_key")
+        return default
     tenant = keys.verify(token.strip()) if scheme.lower() == "bearer" else None
     if tenant is None:
         raise RequestError("missing or invalid API key; send `Authorization: Bearer <key>` with a key from "
@@ -419,9 +430,7 @@ class Server:
         """fn(session) for a session the tenant has; the same 404 whether it exists elsewhere or not."""
         if not self.engine.exists(tenant, name):
             raise RequestError(f"no session {name!r}", 404, "not_found_error", "session_not_found")
-        s = self.engine.open(tenant, name)
-        s.sync()   # what other processes of the home made durable since, as `pager inspect` would show it
-        return fn(s)
+        return fn(self.engine.read(tenant, name))   # what other processes made durable since, as `pager inspect` shows it
 
     async def append(self, request, tenant: str, facts: dict):
         from starlette.responses import JSONResponse

@@ -491,6 +491,15 @@ class Session:
         self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
         self._embed_pending()
 
+    def follow(self) -> None:
+        """A reader's catch-up on a session another home may be writing: its turns, state changes,
+        facts and summaries flushed to the store since. The lock files this home's processes share
+        say nothing of other homes, so `sync` alone would show the session as it was when opened here."""
+        self.catch_up()
+        self._take_state([], store=True)
+        self._take_facts([], store=True)
+        self._take_summaries([], store=True)
+
     def adopt(self, ops: list[dict]) -> int:
         """A dead process's journal ops for this session (recovery): its turns, bookmarks and pins are
         ours to write to the store now. Returns the turns it held."""

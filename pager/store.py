@@ -723,6 +723,19 @@ def embedders_of(dim: int) -> str:
     return named.get(dim, f"a litellm embedding model of {dim} dimensions")
 
 
+def table_names(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """The tables at a store URI, listed without opening one (so without checking its schema or vector
+    size against an embedder): whether a store is there at all, for `pager migrate`."""
+    import lancedb
+
+    kwargs: dict = {"storage_options": storage_options} if storage_options else {}
+    try:
+        result = lancedb.connect(uri, **kwargs).list_tables()
+        return list(getattr(result, "tables", result))
+    except Exception as exc:  # noqa: BLE001 - LanceDB raises plain OSError/ValueError/RuntimeError
+        raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
+
+
 def _settings_hint(uri: str) -> str:
     hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
     if uri.startswith("s3+ddb://"):
@@ -743,6 +756,9 @@ def _open_failure(exc: Exception) -> str:
     if re.search(r"ConnectionRefused|tcp connect error|dns error|kind: Connect\b|timed out", text):
         where = re.search(r"uri: Some\((\w+://[^/)]+)", text)
         return f"the endpoint {where.group(1) if where else ''} cannot be reached".replace("  ", " ")
+    if "Failed to resolve region" in text:   # no region set, and AWS could not be asked for the bucket's
+        return ("no region is set and the bucket's could not be looked up (set PAGER_S3_REGION or AWS_REGION, and "
+                "PAGER_S3_ENDPOINT for a server that is not AWS)")
     if re.search(r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|status: 403", text):
         return "the credentials were refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
     return _first_line(exc)
