@@ -292,7 +292,7 @@ def ingest(
             known = len(groups[name]) - added
             pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too, as chat and check count
             typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
-                       f" → {s.turn_count} turns on {pages} page{'s' if pages != 1 else ''}"
+                       f" → {s.turn_count} turns on {_many(pages, 'page')}"
                        + (f" (p{s.tail_n} open)" if s.packer.pieces else ""))
             if config.writer_model:
                 _write_bookmarks(s)
@@ -344,7 +344,7 @@ def inspect(
         console = Console()
         st = s.stats()
         pages = s.page_count   # the open page too, as --json, sessions, chat and check count
-        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {pages} page{'s' if pages != 1 else ''}"
+        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {_many(pages, 'page')}"
                            + (f" (p{s.tail_n} open)" if s.packer.pieces else "") + f", {st['frames']} frames, "
                            f"policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
         console.print(views.frame_strip(s))
@@ -449,7 +449,7 @@ def search(
         from rich.text import Text
 
         pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too: it is listed like the others
-        table = Table(title=Text(f"{query!r} in session {s.name!r} ({pages} page{'s' if pages != 1 else ''})"),
+        table = Table(title=Text(f"{query!r} in session {s.name!r} ({_many(pages, 'page')})"),
                       title_justify="left")
         for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
             table.add_column(name, overflow="fold")
@@ -550,9 +550,9 @@ def check(
     for user, report in reports:
         # the open tail is a page (DESIGN.md: "the session's open tail page"), counted as `pager inspect` does
         pages = report.pages + (1 if report.tail_turns else 0)
-        tail = f" (the last the open tail, {report.tail_turns} turn(s))" if report.tail_turns else ""
+        tail = f" (the last the open tail, {_many(report.tail_turns, 'turn')})" if report.tail_turns else ""
         of_user = f" of user {user!r}" if every and user else ""
-        typer.echo(f"session {report.session!r}{of_user}: {report.turns} turns, {pages} pages{tail}: "
+        typer.echo(f"session {report.session!r}{of_user}: {_many(report.turns, 'turn')}, {_many(pages, 'page')}{tail}: "
                    + ("ok" if report.ok else "PROBLEMS"))
         for problem in report.problems:
             typer.echo(f"  {problem}")
@@ -580,6 +580,11 @@ def migrate(ctx: typer.Context) -> None:
     if not any("was migrated" in note for note in notes):
         typer.echo(f"the store at {config.db_uri} is up to date: schema v{SCHEMA_VERSION}, "
                    f"migrations {', '.join(m.__name__ for m in MIGRATIONS)}")
+
+
+def _many(n: int, word: str) -> str:
+    """'1 page', '2 pages'."""
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def _store_made(config) -> bool:
@@ -844,7 +849,8 @@ def serve(
     config = load_config(ctx, model=model, budget=budget)
 
     def listening(bound: int) -> None:
-        typer.echo(f"pager serve on http://{host}:{bound} (home {config.home}); Ctrl-C stops", err=True)
+        where = f"home {config.home}" + (f", store {config.db}" if config.db else "")   # a store of its own: named
+        typer.echo(f"pager serve on http://{host}:{bound} ({where}); Ctrl-C stops", err=True)
 
     run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
         max_open=max_open, idle_s=idle, on_listening=listening)

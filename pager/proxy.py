@@ -348,10 +348,12 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     engine.trace(s, req.model, agent.budget)
     before = s.turn_count
     earlier = [dict(speaker=m.speaker, text=m.text, role=m.role, key=m.key) for m in req.earlier]
-    seen = {"faulted": [], "tokens": 0}
+    seen = {"faulted": [], "tokens": 0, "others": 0}
 
     def listen(event):
-        if event.kind == "fault":
+        if event.kind == "append" and event.data.get("origin") == "other process":
+            seen["others"] += len(event.data["turns"])   # taken in from another home (its lease), not appended here
+        elif event.kind == "fault":
             seen["faulted"].append(event.data["page"])
         elif event.kind == "model_request":
             seen["tokens"] = event.data["tokens"]["total"]
@@ -374,7 +376,7 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
     model_ms, relock_ms = unlocked.seconds * 1000, unlocked.waited * 1000
     engine_ms = (time.perf_counter() - started) * 1000 - model_ms - relock_ms
     wait_ms = (started - queued) * 1000 + relock_ms
-    return {"reply": reply, "appended": s.turn_count - before, "faulted": seen["faulted"], "turns": s.turn_count,
+    return {"reply": reply, "appended": s.turn_count - before - seen["others"], "faulted": seen["faulted"], "turns": s.turn_count,
             "timing": {"engine_ms": round(engine_ms, 2), "model_ms": round(model_ms, 2),
                        "wait_ms": round(wait_ms, 2)},
             "usage": {"prompt_tokens": seen["tokens"], "completion_tokens": completion_tokens,

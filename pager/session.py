@@ -492,10 +492,13 @@ class Session:
         self._embed_pending()
 
     def follow(self) -> None:
-        """A reader's catch-up on a session another home may be writing: its turns, state changes,
-        facts and summaries flushed to the store since. The lock files this home's processes share
-        say nothing of other homes, so `sync` alone would show the session as it was when opened here."""
+        """A reader's catch-up on a session another home may be writing: its turns, bookmarks, state
+        changes, facts and summaries flushed to the store since. The lock files this home's processes
+        share say nothing of other homes, so `sync` alone would show the session as it was when opened here."""
         self.catch_up()
+        for mark in self.home.store.bookmarks(self.user, self.name):
+            if mark.uid:   # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
+                self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
         self._take_state([], store=True)
         self._take_facts([], store=True)
         self._take_summaries([], store=True)

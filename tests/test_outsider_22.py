@@ -3,6 +3,7 @@ homes sharing one store on the local S3 server, `pager migrate`, `pager keys`, k
 test fails on the code before its fix."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -167,3 +168,80 @@ def test_a_restarted_server_recovers_turns_that_waited_for_another_hosts_lease_o
     with Home(config("b"), embedder=HashEmbedder()) as again:   # the lease was given back: B writes at once
         assert again.open("s").append("bob", "host b again").turn == 7
     a.close()
+
+
+def test_a_chat_reply_counts_only_the_turns_it_appended_not_those_another_host_wrote(one_store):
+    """A chat on host B's `pager serve` reported `"appended": 4` for a call that stored its question and
+    reply (2): B counted the turns it took in from host A (whose lease it took over) as its own."""
+    from test_serve import Running
+
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    def ask(http, text: str) -> dict:
+        r = http.post("/v1/chat/completions", json={"model": "offline", "user": "shared",
+                                                     "messages": [{"role": "user", "content": text}]})
+        assert r.status_code == 200, r.text
+        return r.json()["pager"]
+
+    b = replace(one_store("b"), lease_idle_s=1.0)
+    running = Running(b.home, config=b)
+    try:
+        with running.http() as http:
+            assert ask(http, "My locker code is 3141.")["appended"] == 2
+            with Home(replace(one_store("a"), lease_wait_s=300.0), embedder=HashEmbedder()) as a:   # waits for B to let go
+                a.open("shared").append("user", "The gym is on Tuesdays.")
+                a.open("shared").append("assistant", "Noted.")
+            said = ask(http, "When is the gym?")
+            assert said["turns"] == 6 and said["appended"] == 2, said
+    finally:
+        running.stop()
+
+
+def test_python_dash_m_pager_runs_the_command_line(tmp_path):
+    """`python -m pager --help` said "'pager' is a package and cannot be directly executed"; the way to
+    run pager from a virtual environment's Python without its `pager` script on PATH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pager", "--help"], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PAGER_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout and "demo" in done.stdout
+
+
+def test_check_of_a_one_page_session_says_one_page(tmp_path):
+    """`pager check` said "1 turns, 1 pages (the last the open tail, 1 turn(s))"."""
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"speaker": "Maya", "text": "hello there"}) + "\n")
+    home = ["--home", str(tmp_path / "h")]
+    assert runner.invoke(app, [*home, "ingest", str(data), "-s", "x"]).exit_code == 0
+    result = runner.invoke(app, [*home, "check", "-s", "x"])
+    assert result.exit_code == 0, result.output
+    assert "session 'x': 1 turn, 1 page (the last the open tail, 1 turn): ok" in result.output
+
+
+def test_a_server_finds_a_bookmark_another_host_made(one_store):
+    """Host A bookmarked a page of a session host B's `pager serve` had open; B's search never found the
+    bookmark's keyword (a reader took in the other host's turns and state, not its bookmarks)."""
+    from test_serve import Running
+
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    running = Running(one_store("b").home, config=one_store("b"))
+    try:
+        with running.http() as http:
+            with Home(one_store("a"), embedder=HashEmbedder()) as a:
+                s = a.open("shared")
+                for i in range(40):   # a few sealed pages
+                    s.append("user", f"Note {i}: the locker code changes every week, this week it is {3000 + i}.")
+                turns = s.turn_count
+            assert http.get("/sessions/shared").json()["turns"] == turns    # B has the session open now
+            with Home(one_store("a"), embedder=HashEmbedder()) as a:
+                a.open("shared").bookmark([2], ["bluebird"], note="the gym locker")
+            found = http.get("/sessions/shared/search", params={"q": "bluebird"}).json()["results"]
+            marked = [r for r in found if "bluebird" in r.get("bookmarks", [])]
+            assert [r["page"] for r in marked] == ["p2"] and "bookmark" in marked[0]["signals"], found
+    finally:
+        running.stop()
