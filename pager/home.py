@@ -695,54 +695,64 @@ class Home:
             return
         with self._mutex:
             parts = {s: s.take_pending() for s in self.sessions.values()}
-            for s, part in list(parts.items()):
-                lost = s.key() in self._lost
-                if not lost and (part.turns or part.bookmarks) and self.leases.applies():
-                    # held since they were accepted; refused if it lapsed. Renewed now, so the store write
-                    # has a whole lease to finish in before another home could take it over (and number over
-                    # what is being written), not what was left of one renewed up to lease_s/3 ago
-                    if self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0):
-                        try:
-                            self._check_not_lost(s)
-                        except StoreError as exc:
-                            self.warn(str(exc))
-                            lost = True
-                if lost:   # kept in the journal for the next process of this home (_check_not_lost)
+            try:
+                wrote = self._write_parts(parts)
+            except Exception:
+                # kept for the next try (the journal has them too, but its segment goes at the next
+                # flush that succeeds): a lease check the store could not answer loses nothing either
+                for s, part in parts.items():
                     s.pending = part.merged(s.pending)
-                    del parts[s]
-                elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
-                    try:  # pages sealed from what another home wrote: written by whoever holds the lease
-                        self.leases.ensure(s.user, s.name, wait=False, touch=False)
-                    except LeaseHeld:
-                        del parts[s]
-            batch = Batch()
-            for part in parts.values():
-                batch.turns += part.turns
-                batch.pages += part.pages
-                batch.vectors += part.vectors
-                batch.bookmarks += part.bookmarks
-                batch.changes += part.changes
-                batch.facts += part.facts
-                batch.summaries += part.summaries
-                batch.states.update(part.states)
-            if batch:
-                try:
-                    # Writers of one session take turns, and each writes against the latest version, so two
-                    # processes that sealed the same page (packing is deterministic) store it once.
-                    with ExitStack() as locks:
-                        for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
-                            locks.enter_context(self.session_lock(s.user, s.name))
-                        self.store.refresh()
-                        self.store.put(batch)
-                except Exception:
-                    for s, part in parts.items():  # keep them for the next try; the journal still has them too
-                        s.pending = part.merged(s.pending)
-                    raise
+                raise
+            if wrote:
                 self.flushes += 1
                 if self.flushes % self.config.compact_every == 0:
                     self.store.compact(self.config.keep_versions_s)
             if self.journal.written and not self._lost:
                 self.journal.rotate()
+
+    def _write_parts(self, parts: dict) -> bool:
+        """The flush's write of the parts sessions gave up (flush): those a lease allows, in one batch;
+        whether there was one. A part left to another home (or kept in the journal for the next process)
+        leaves `parts`."""
+        for s, part in list(parts.items()):
+            lost = s.key() in self._lost
+            if not lost and (part.turns or part.bookmarks) and self.leases.applies():
+                # held since they were accepted; refused if it lapsed. Renewed now, so the store write
+                # has a whole lease to finish in before another home could take it over (and number over
+                # what is being written), not what was left of one renewed up to lease_s/3 ago
+                if self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0):
+                    try:
+                        self._check_not_lost(s)
+                    except StoreError as exc:
+                        self.warn(str(exc))
+                        lost = True
+            if lost:   # kept in the journal for the next process of this home (_check_not_lost)
+                s.pending = part.merged(s.pending)
+                del parts[s]
+            elif part and self.leases.applies() and (s.user, s.name) not in self.leases.held:
+                try:  # pages sealed from what another home wrote: written by whoever holds the lease
+                    self.leases.ensure(s.user, s.name, wait=False, touch=False)
+                except LeaseHeld:
+                    del parts[s]
+        batch = Batch()
+        for part in parts.values():
+            batch.turns += part.turns
+            batch.pages += part.pages
+            batch.vectors += part.vectors
+            batch.bookmarks += part.bookmarks
+            batch.changes += part.changes
+            batch.facts += part.facts
+            batch.summaries += part.summaries
+            batch.states.update(part.states)
+        if batch:
+            # Writers of one session take turns, and each writes against the latest version, so two
+            # processes that sealed the same page (packing is deterministic) store it once.
+            with ExitStack() as locks:
+                for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
+                    locks.enter_context(self.session_lock(s.user, s.name))
+                self.store.refresh()
+                self.store.put(batch)
+        return bool(batch)
 
     def _release_idle(self, keys: list[tuple[str, str]]) -> None:
         """Give up the leases of sessions this home has not written for lease_idle_s (called by the lease

@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from .config import Config
 from .engine import Engine
-from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError
+from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError, StoreError
 from .fsck import durable_turns
 from .keys import KeyRing, is_key
 from .llm import LiteLLMModel
@@ -100,12 +100,15 @@ def _error(status: int, message: str, type: str, code: str = "", param: str | No
 
 def _failure(exc: PagerError) -> tuple[int, str, str]:
     """Status, type and code of a known failure. Another host writing the session is no fault of the
-    request: a conflict (409, which OpenAI's clients retry), the same request succeeds once it is free.
+    request: a conflict (409, which OpenAI's clients retry), the same request succeeds once it is free;
+    so is a store that does not answer (503, retried too).
     A message the budget cannot hold is OpenAI's `context_length_exceeded`."""
     if isinstance(exc, LeaseHeld):
         return 409, "conflict_error", "lease_held"
     if isinstance(exc, BudgetError):   # OpenAI's code for a prompt over the window, which clients act on
         return 400, "invalid_request_error", "context_length_exceeded"
+    if isinstance(exc, StoreError):   # the server's store (down, full, read-only): no fault of the request
+        return 503, "api_error", "store_unavailable"
     return 400, "invalid_request_error", type(exc).__name__
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import time
 import warnings
 import weakref
@@ -239,6 +240,10 @@ class LanceStore:
             # an unreachable endpoint, a missing bucket or refused credentials surface here, on first use
             raise StoreError(f"cannot open the store at {uri}: {_open_failure(exc)}; {_settings_hint(uri)}") from exc
 
+    def _unavailable(self, exc: Exception) -> StoreError:
+        return StoreError(f"the store at {self.uri} does not answer ({_open_failure(exc)}); nothing accepted is lost: "
+                          "it stays in the journal and is written when the store answers again")
+
     def close(self) -> None:
         """Let go of LanceDB's handles (the open tables and the connection: LanceDB's sync API has no
         close, so dropping the last reference is what frees their native objects). Idempotent; the
@@ -454,23 +459,21 @@ class LanceStore:
         processes creating a new store on an object store, the second create commits as an overwrite)
         is retried against the table's latest version."""
         for attempt in range(attempts):
-            if attempt and table is not None:
-                table.checkout_latest()
             try:
+                if attempt and table is not None:
+                    table.checkout_latest()
                 write()
                 return
-            except OSError as exc:
-                if "No space" in str(exc) or "Read-only" in str(exc) or "Permission" in str(exc):
-                    raise StoreError(f"the store refused a write ({exc}); free disk space or fix permissions, "
-                                     "nothing accepted is lost: it stays in the journal") from exc
-                if attempt == attempts - 1:
-                    raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
-            except RuntimeError as exc:  # lance commit conflicts surface as RuntimeError
-                if "No space left" in str(exc) or "Read-only file system" in str(exc):
+            except (OSError, RuntimeError) as exc:   # lance commit conflicts surface as RuntimeError
+                text = str(exc)
+                if unreachable(exc):   # LanceDB retried it already
+                    raise StoreError(f"the store does not answer ({_open_failure(exc)}); nothing accepted is lost: "
+                                     "it stays in the journal and is written when the store answers again") from exc
+                if re.search(r"No space|Read-only|Permission", text):
                     raise StoreError(f"the store refused a write ({_first_line(exc)}); free disk space or fix "
                                      "permissions, nothing accepted is lost: it stays in the journal") from exc
                 if attempt == attempts - 1:
-                    raise StoreError(f"the store write failed after {attempts} tries: {exc}") from exc
+                    raise StoreError(f"the store write failed after {attempts} tries: {_first_line(exc)}") from exc
             time.sleep(0.02 * 2**attempt)
 
     # -- reads ----------------------------------------------------------------------------------
@@ -491,7 +494,9 @@ class LanceStore:
                 query = query.select(columns)
             try:
                 return query.limit(None).to_list()
-            except (OSError, RuntimeError, ValueError):
+            except (OSError, RuntimeError, ValueError) as exc:
+                if unreachable(exc):
+                    raise self._unavailable(exc) from exc
                 # another process compacted away the version this handle was reading: move to the latest
                 if attempt == 2:
                     raise
@@ -577,8 +582,11 @@ class LanceStore:
     # -- upkeep ---------------------------------------------------------------------------------
     def refresh(self) -> None:
         """See other processes' writes."""
-        for table in self._tables.values():
-            table.checkout_latest()
+        try:
+            for table in self._tables.values():
+                table.checkout_latest()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise self._unavailable(exc) from exc
 
     def compact(self, keep_seconds: float) -> None:
         """Merge small fragments, drop versions older than keep_seconds, keep the session indexes current."""
@@ -651,8 +659,11 @@ class LanceStore:
         from lancedb.expr import col, lit
 
         table = self._tables["leases"]
-        table.checkout_latest()
-        rows = table.search().where(col("slot") == lit(slot)).limit(1).to_list()
+        try:
+            table.checkout_latest()
+            rows = table.search().where(col("slot") == lit(slot)).limit(1).to_list()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise self._unavailable(exc) from exc
         return (rows[0]["rev"], json.loads(rows[0]["body"])) if rows else (0, {})
 
     def _leases_table(self) -> bool:
@@ -706,6 +717,8 @@ class LanceStore:
                 # rev is an int of ours, not user text: the one filter here that is a string
                 done = table.merge_insert("slot").when_matched_update_all(where=f"target.rev = {int(rev)}").execute(data)
             except (OSError, RuntimeError) as exc:  # a conflict LanceDB's own retries did not settle
+                if unreachable(exc):
+                    raise self._unavailable(exc) from exc
                 last = exc
                 time.sleep(0.01)
                 continue
@@ -753,8 +766,8 @@ def _open_failure(exc: Exception) -> str:
     bucket = re.search(r"<BucketName>([^<]+)</BucketName>", text)
     if "NoSuchBucket" in text:
         return f"the bucket {bucket.group(1) if bucket else ''!r} does not exist (create it or name another)"
-    if re.search(r"ConnectionRefused|tcp connect error|dns error|kind: Connect\b|timed out", text):
-        where = re.search(r"uri: Some\((\w+://[^/)]+)", text)
+    if unreachable(exc):
+        where = re.search(r"uri: Some\((\w+://[^/)]+)", text) or re.search(r"(https?://[^/\s?]+)", text)
         return f"the endpoint {where.group(1) if where else ''} cannot be reached".replace("  ", " ")
     if "Failed to resolve region" in text:   # no region set, and AWS could not be asked for the bucket's
         return ("no region is set and the bucket's could not be looked up (set PAGER_S3_REGION or AWS_REGION, and "
@@ -762,6 +775,16 @@ def _open_failure(exc: Exception) -> str:
     if re.search(r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|status: 403", text):
         return "the credentials were refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
     return _first_line(exc)
+
+
+_UNREACHABLE = re.compile(r"ConnectionRefused|Connection refused|Connection reset|tcp connect error|dns error|"
+                          r"kind: Connect\b|timed out|error sending request|connection closed|Broken pipe")
+
+
+def unreachable(exc: Exception) -> bool:
+    """Whether LanceDB's error says the store did not answer (down, refused, reset, timed out), after
+    its own retries, rather than that it refused what was asked (a commit conflict, a missing table)."""
+    return bool(_UNREACHABLE.search(str(exc)))
 
 
 def _first_line(exc: Exception) -> str:
