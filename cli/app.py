@@ -343,8 +343,8 @@ def inspect(
 
         console = Console()
         st = s.stats()
-        pages = s.page_count   # the open page too, as --json, sessions, chat and check count
-        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {_many(pages, 'page')}"
+        count = s.page_count   # the open page too, as --json, sessions, chat and check count
+        console.print(Text(f"session {s.name!r}: {st['turns']} turns, {_many(count, 'page')}"
                            + (f" (p{s.tail_n} open)" if s.packer.pieces else "") + f", {st['frames']} frames, "
                            f"policy {s.policy.name}, {st['faults']} faults, {st['evictions']} evictions"))
         console.print(views.frame_strip(s))

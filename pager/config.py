@@ -128,7 +128,8 @@ class Config:
             raise ConfigError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
         if self.budget < 2 * self.page_tokens + CHAT_FLOOR:
             fits = (self.budget - CHAT_FLOOR) // 2
-            smaller = (f"lower --page-tokens (or PAGER_PAGE_TOKENS) to at most {fits}, or " if fits >= 48 else "")
+            smaller = (f"lower --page-tokens where the command has it (or PAGER_PAGE_TOKENS) to at most {fits}, or "
+                       if fits >= 48 else "")
             raise ConfigError(
                 f"budget {self.budget} cannot hold a prompt, a memory map, the open page and one page of memory "
                 f"({self.page_tokens} tokens each) and a message; {smaller}raise the budget (--budget where the "

@@ -109,6 +109,7 @@ def parse(body: object, header_session: str | None, default_session: str, max_me
     if body.get("functions") or body.get("function_call"):
         raise RequestError("`functions` is the deprecated form; send `tools`", param="functions",
                            code="unsupported_parameter")
+    _tool_choice(body.get("tool_choice"))
     tools = _tools(body.get("tools"), body.get("tool_choice"))
     if body.get("n") not in (None, 1):
         raise RequestError("only n=1 is supported", param="n", code="unsupported_parameter")
@@ -176,10 +177,14 @@ def _tools(raw: object, choice: object) -> list[dict]:
                                "rename yours", param=f"tools[{i}]")
         out.append({"type": "function", "function": {k: fn[k] for k in ("name", "description", "parameters", "strict")
                                                      if k in fn}})
-    if choice not in (None, "auto", "none") and out:
-        raise RequestError("only tool_choice 'auto' is supported: pager's memory tools must stay callable",
-                           param="tool_choice", code="unsupported_parameter")
     return [] if choice == "none" else out
+
+
+def _tool_choice(choice: object) -> None:
+    """'auto' or 'none' (your tools left out), with tools of your own or without: pager's stay callable."""
+    if choice not in (None, "auto", "none"):
+        raise RequestError(f"tool_choice may be 'auto' or 'none', not {json.dumps(choice)}: pager's memory tools "
+                           "must stay callable", param="tool_choice", code="unsupported_parameter")
 
 
 def _exchange(m: dict, role: str, text: str, i: int) -> dict:
