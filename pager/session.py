@@ -230,7 +230,7 @@ class Session:
             raise InputError("an empty message has nothing to remember; send some text")
         if "\x00" in text:
             raise InputError("the message contains a NUL character; remove it and send again")
-        for name in ("role", "date"):   # the journal's reader refuses a turn whose fields are not text
+        for name in ("speaker", "role", "date", "ref", "key"):   # the journal's reader refuses a turn whose fields are not text
             if m.get(name) is not None and not isinstance(m[name], str):
                 raise InputError(f"a message's {name!r} must be text, not {type(m[name]).__name__} "
                                  f"{str(m[name])[:40]}; send it as a string")

@@ -750,6 +750,10 @@ def table_names(uri: str, storage_options: dict[str, str] | None = None) -> list
 
 
 def _settings_hint(uri: str) -> str:
+    if uri.startswith("gs://"):   # LanceDB reads Google's and Azure's settings from the environment itself
+        return "check --db / PAGER_DB, and GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS for gs://"
+    if uri.startswith(("az://", "abfs://")):
+        return "check --db / PAGER_DB, and AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY for az://"
     hint = "check --db / PAGER_DB (and PAGER_S3_ENDPOINT, PAGER_S3_REGION, AWS_* for s3://)"
     if uri.startswith("s3+ddb://"):
         hint += (", and for s3+ddb:// PAGER_DYNAMODB_ENDPOINT and the DynamoDB table named by ddbTableName, made with "

@@ -52,6 +52,20 @@ def test_a_message_whose_text_is_not_a_string_says_so(tmp_path):
             session.append("Maya", "   ")
 
 
+@pytest.mark.parametrize("field", ["speaker", "ref", "key"])
+def test_a_message_field_that_is_not_text_is_refused_not_stored_as_its_str(tmp_path, field):
+    """A speaker, ref or key that is not a string (a number, a list) was stored as its `str()`: a
+    speaker `['Maya']` showed as "['Maya']" in every page. Refused like a role or a date, naming it;
+    nothing of the group is accepted."""
+    with pager.Home(Config(home=tmp_path / "home", embedder="hash")) as home:
+        session = home.open("work")
+        with pytest.raises(InputError) as refused:
+            session.append_many([{"speaker": "Maya", "text": "fine"},
+                                 {"speaker": "Maya", "text": "the bad one", field: ["Maya"]}])
+        assert f"{field!r} must be text, not list" in str(refused.value)
+        assert session.turn_count == 0
+
+
 def test_rest_state_of_a_session_without_turns_is_404_not_set_then_unreadable(tmp_path):
     """`PUT /sessions/new/state/k` on a session with no turns answered 200 "state 'k' set", and then `GET
     /sessions/new/state` (and `GET /sessions/new`, `GET /sessions`) said "no session 'new'". A session
@@ -150,3 +164,14 @@ def test_settings_of_the_wrong_type_name_the_setting(tmp_path, given):
         Config(**({"home": tmp_path / "h"} | given))
     with pytest.raises(ConfigError, match=f"{name} must be"):
         pager.Toolkit(**({"home": tmp_path / "h"} | given))
+
+
+@pytest.mark.parametrize("uri, named", [("gs://bucket/pager", "GOOGLE_APPLICATION_CREDENTIALS"),
+                                        ("az://container/pager", "AZURE_STORAGE_ACCOUNT_KEY"),
+                                        ("s3://bucket/pager", "AWS_*")])
+def test_a_store_that_cannot_be_opened_names_its_own_clouds_settings(uri, named):
+    """A `gs://` store that could not be opened was told to check `AWS_*`; each names its own settings."""
+    from pager.store import _settings_hint
+
+    said = _settings_hint(uri)
+    assert named in said and (uri.startswith("s3") or "AWS" not in said), said
