@@ -52,6 +52,9 @@ def date_label(ts: float) -> str:
     return time.strftime("%-d %b %Y", time.localtime(ts))
 
 
+FOLLOWED = ("turns", "states", "bookmarks", "state_changes", "facts", "summaries")   # what Session.follow reads
+
+
 class Session:
     def __init__(self, home: "Home", user: str, name: str, policy: str | None = None, source=None) -> None:
         cfg = home.config
@@ -494,14 +497,19 @@ class Session:
     def follow(self) -> None:
         """A reader's catch-up on a session another home may be writing: its turns, bookmarks, state
         changes, facts and summaries flushed to the store since. The lock files this home's processes
-        share say nothing of other homes, so `sync` alone would show the session as it was when opened here."""
-        self.catch_up()
-        for mark in self.home.store.bookmarks(self.user, self.name):
+        share say nothing of other homes, so `sync` alone would show the session as it was when opened here.
+        The tables read are brought to their latest versions once (on an object store each is a listing)."""
+        store = self.home.store
+        store.refresh(FOLLOWED)
+        self._settle_stored()
+        self._take(store.turns(self.user, self.name, after=self.turn_count), announce="other process")
+        self._embed_pending()
+        for mark in store.bookmarks(self.user, self.name):
             if mark.uid:   # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
                 self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
-        self._take_state([], store=True)
-        self._take_facts([], store=True)
-        self._take_summaries([], store=True)
+        self._take_state([], store=True, refreshed=True)
+        self._take_facts([], store=True, refreshed=True)
+        self._take_summaries([], store=True, refreshed=True)
 
     def adopt(self, ops: list[dict]) -> int:
         """A dead process's journal ops for this session (recovery): its turns, bookmarks and pins are
@@ -810,12 +818,13 @@ class Session:
         self.emit("state", **made[0].event())
         return made[0]
 
-    def _take_state(self, changes: list[Change], store: bool = False) -> None:
+    def _take_state(self, changes: list[Change], store: bool = False, refreshed: bool = False) -> None:
         """Changes other processes made (from their journals; from the store when one is missing, as
         when its journal segment was flushed and removed before we read it), each an input event."""
         applied = self.state.take(changes)
         if store or self.state.gap:
-            self.home.store.refresh()
+            if not refreshed:
+                self.home.store.refresh()
             applied += self.state.take(self.home.store.state_changes(self.user, self.name, after=self.state.seq))
         for c in applied:
             self.emit("state_in", **c.event(), ts_set=c.ts)
@@ -880,14 +889,15 @@ class Session:
             elif event:  # another process's fact: an input replay feeds back
                 self.emit(event, **fact_record(fact))
 
-    def _take_facts(self, facts: list[Fact], store: bool = False, event: str = "fact_in") -> None:
+    def _take_facts(self, facts: list[Fact], store: bool = False, event: str = "fact_in", refreshed: bool = False) -> None:
         """Facts other processes made, in number order (one ahead of a gap waits; the store fills gaps,
         as when a journal segment was flushed and removed before we read it)."""
         for f in facts:
             if f.n > len(self.facts):
                 self._facts_waiting.setdefault(f.n, f)
         if store or self._facts_waiting:
-            self.home.store.refresh()
+            if not refreshed:
+                self.home.store.refresh()
             for f in self.home.store.facts(self.user, self.name, after=len(self.facts)):
                 self._facts_waiting.setdefault(f.n, f)
         ready: list[Fact] = []
@@ -954,13 +964,15 @@ class Session:
             elif event:  # another process's summary: an input replay feeds back
                 self.emit(event, **summary_event(summary))
 
-    def _take_summaries(self, summaries: list[Summary], store: bool = False, event: str = "summary_in") -> None:
+    def _take_summaries(self, summaries: list[Summary], store: bool = False, event: str = "summary_in",
+                        refreshed: bool = False) -> None:
         """Summaries other processes made, in number order (one ahead of a gap waits; the store fills gaps)."""
         for x in summaries:
             if x.n > len(self.summaries):
                 self._summaries_waiting.setdefault(x.n, x)
         if store or self._summaries_waiting:
-            self.home.store.refresh()
+            if not refreshed:
+                self.home.store.refresh()
             for x in self.home.store.summaries(self.user, self.name, after=len(self.summaries)):
                 self._summaries_waiting.setdefault(x.n, x)
         ready: list[Summary] = []

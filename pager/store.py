@@ -24,7 +24,7 @@ import time
 import warnings
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class Store(Protocol):
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
     def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]: ...
     def sessions(self) -> list[dict]: ...   # user, session, turns (the last), pages (sealed), sealed_to (the last turn on one)
-    def refresh(self) -> None: ...
+    def refresh(self, names: Iterable[str] | None = None) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
     def stats(self) -> dict: ...
 
@@ -160,7 +160,7 @@ class MemoryStore:
             for u, s in sorted(keys)
         ]
 
-    def refresh(self) -> None:
+    def refresh(self, names: Iterable[str] | None = None) -> None:
         pass
 
     def compact(self, keep_seconds: float) -> None:
@@ -580,11 +580,12 @@ class LanceStore:
         return [out[k] for k in sorted(out)]
 
     # -- upkeep ---------------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """See other processes' writes."""
+    def refresh(self, names: Iterable[str] | None = None) -> None:
+        """See other processes' writes (in the tables named, or all)."""
         try:
-            for table in self._tables.values():
-                table.checkout_latest()
+            for name, table in self._tables.items():
+                if names is None or name in names:
+                    table.checkout_latest()
         except (OSError, RuntimeError, ValueError) as exc:
             raise self._unavailable(exc) from exc
 
