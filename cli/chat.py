@@ -227,6 +227,8 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                     console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
                     continue
                 console.print(f"[bold green]pager>[/] {escape(printable(reply.text))}", highlight=False)
+                for note in reply_notes(reply, agent.model.output_tokens):   # said here, not stored as the reply
+                    console.print(f"  [dim]({note})[/]", highlight=False)
                 if writer.error and not printer.trace_failed:   # said once; the chat goes on, its memory is intact
                     printer.trace_failed = True
                     console.print(f"[red]the trace stopped[/]: {escape(writer.error)}; memory itself is unaffected",
@@ -326,3 +328,15 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
     except PagerError as exc:
         console.print(f"[red]{escape(str(exc))}[/]", highlight=False)
     return None
+
+
+def reply_notes(reply, output_tokens: int) -> list[str]:
+    """What the REPL says about a reply beyond its text: cut at the output limit, pager's prompt repeated, empty."""
+    notes = []
+    if reply.unechoed:
+        notes.append(f"left out {reply.unechoed} line(s) of pager's own prompt the model repeated; the trace keeps them")
+    if reply.truncated:
+        notes.append(f"the model's reply was cut at its output limit of {output_tokens} tokens")
+    if not (reply.text.strip() or reply.error):
+        notes.append("the model sent no text; nothing was stored for it")
+    return notes

@@ -10,6 +10,7 @@ exchange is an event (a trace listens to them; replay feeds the recorded replies
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -31,6 +32,8 @@ class Reply:
     stopped: bool = False      # the step limit was reached
     error: str = ""            # the model failed; the user's message is still in memory
     client_calls: list[dict] = field(default_factory=list)   # calls of the caller's own tools, for it to run
+    truncated: bool = False    # the model stopped at its output limit (the text is what it sent, nothing added)
+    unechoed: int = 0          # lines of pager's own prompt the model repeated, left out of the reply (see unecho)
 
 
 # -- the fixed regions, scaled to the budget -------------------------------------------------------------------
@@ -119,6 +122,45 @@ def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int) -> tupl
                       f"of {session.page_tokens} tokens and a message; raise --budget to at least {need:,}")
 
 
+# -- echoes of pager's own text in a reply ------------------------------------------------------------------------
+# Some models repeat their prompt: the system prompt, the memory map, page headers, tool results. Stored as
+# the reply, that text would come back as a page whose lines look like pager's own (a second, stale memory
+# map), and reach the user as the answer. A run of reply lines that are all lines pager sent this message
+# (blank and very short lines aside) is cut when it holds two of pager's own lines (the system prompt's, the
+# map's, a page header), or one among three: a model quoting turns or what a tool found, or citing a header,
+# keeps its quote.
+_HEADER = re.compile(r"^\[(p\d+ · .*|[a-z][a-z ]*)\]$")
+SHORT = 8   # characters: lines this short ("-", "Yes.") neither make nor break a run
+
+
+def unecho(text: str, sent: str, own: set[str]) -> tuple[str, int]:
+    """The reply without the runs of lines it repeats from what pager sent, and how many lines were cut."""
+    known = {line.strip() for line in sent.splitlines() if len(line.strip()) >= SHORT}
+    lines = text.splitlines()
+    keep = [True] * len(lines)
+    i = 0
+    while i < len(lines):
+        j, said, ours = i, 0, 0
+        while j < len(lines) and (len(lines[j].strip()) < SHORT or lines[j].strip() in known):
+            line = lines[j].strip()
+            if len(line) >= SHORT:
+                said += 1
+                ours += line in own or bool(_HEADER.match(line))
+            j += 1
+        if ours >= 2 or (ours and said >= 3):   # short lines at either end are the reply's own
+            start, end = i, j
+            while len(lines[start].strip()) < SHORT:
+                start += 1
+            while len(lines[end - 1].strip()) < SHORT:
+                end -= 1
+            keep[start:end] = [False] * (end - start)
+        i = max(j, i + 1)
+    cut = sum(1 for k, line in zip(keep, lines) if not k and line.strip())
+    if not cut:
+        return text, 0
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(line for k, line in zip(keep, lines) if k)).strip(), cut
+
+
 class Agent:
     def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user") -> None:
@@ -135,6 +177,7 @@ class Agent:
         self._reply_key: Callable[[str], str] | None = None
         self._instructions = ""
         self._client_tools: list[dict] = []
+        self._shortened: set[int] = set()   # this message's tool results already cut to a note (by id())
 
     def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None, instructions: str = "",
             tools: list[dict] | None = None, resume: list[dict] | None = None) -> Reply:
@@ -155,6 +198,7 @@ class Agent:
         self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
         self._ts, self._reply_key = ts, reply_key
         scratch: list[dict] = list(resume or [])
+        self._shortened = set()
         calls: list[dict] = []
         budget = self.budget
         step = 0
@@ -182,12 +226,13 @@ class Agent:
                 continue
             except ModelError as exc:
                 return self._fail(step, calls, str(exc))
-            s.emit("model_reply", step=step, text=reply.text, tool_calls=reply.tool_calls, retries=reply.retries)
+            s.emit("model_reply", step=step, text=reply.text, tool_calls=reply.tool_calls, retries=reply.retries,
+                   **({"truncated": True} if reply.truncated else {}))   # replay cuts it as the model did
             if not reply.tool_calls:
-                text_out = reply.text
-                if reply.truncated:
-                    text_out += f" [reply cut at the output limit of {self.model.output_tokens} tokens]"
-                return self._finish(text_out, step, calls)
+                text_out, cut = self._unecho(reply.text, ctx, scratch, step)
+                done = self._finish(text_out, step, calls)
+                done.truncated, done.unechoed = reply.truncated, cut
+                return done
             scratch.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
                 {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for c in reply.tool_calls]})
@@ -211,6 +256,18 @@ class Agent:
         stopped = self._finish(text, step, calls)
         stopped.stopped = True
         return stopped
+
+    def _unecho(self, text: str, ctx, scratch: list[dict], step: int) -> tuple[str, int]:
+        """The reply without pager's own text it repeats (unecho); the whole reply stays in `model_reply`."""
+        results = [m["content"] or "" for m in scratch if m["role"] == "tool"]
+        # pager's own lines: the prompt and the map. A tool result's lines only lengthen a run: a model may
+        # answer by quoting what it found; page headers count through _HEADER.
+        own = {line.strip() for part in [self.prefix, ctx.memory.split(SEPARATOR, 1)[0]]
+               for line in part.splitlines() if line.strip()}
+        kept, cut = unecho(text, "\n".join([ctx.system, *results]), own)
+        if cut:
+            self.session.emit("reply_unechoed", step=step, lines=cut)
+        return kept, cut
 
     def _client_names(self) -> set[str]:
         return {t.get("function", {}).get("name") for t in self._client_tools}
@@ -238,9 +295,30 @@ class Agent:
                 return build(s, text, prefix, scratch_tokens, budget, autopage=step == 1, hide_turn=hide)
             except BudgetError:
                 if cut is None:
-                    raise
+                    if not self._shorten(scratch, step):
+                        raise
+                    continue
                 s.emit("scratch_trimmed", step=step, dropped=cut)
                 del scratch[:cut]
+
+    def _shorten(self, scratch: list[dict], step: int) -> bool:
+        """One exchange alone outgrew the budget (a model calling many tools at once): its largest tool
+        result becomes a note saying so, which the model can act on; the whole result is in the trace."""
+        s = self.session
+        names = {c["id"]: c["function"]["name"] for m in scratch if m["role"] == "assistant"
+                 for c in m.get("tool_calls") or []}
+        sizes = {i: s.tokenizer.count(m["content"] or "") for i, m in enumerate(scratch)
+                 if m["role"] == "tool" and id(m) not in self._shortened}
+        for i in sorted(sizes, key=lambda i: -sizes[i]):
+            name = names.get(scratch[i]["tool_call_id"], "the tool")
+            note = (f"(this result of {sizes[i]:,} tokens did not fit the prompt beside the others; call {name} "
+                    "again on its own, or ask for less)")
+            if s.tokenizer.count(note) < sizes[i]:
+                s.emit("tool_result_cut", step=step, id=scratch[i]["tool_call_id"], name=name, tokens=sizes[i])
+                scratch[i] = {**scratch[i], "content": note}   # a new message: the caller's own (resume) stay as sent
+                self._shortened.add(id(scratch[i]))
+                return True
+        return False
 
     @staticmethod
     def _held(s: Session) -> int:

@@ -393,12 +393,18 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def completion(cid: str, model: str, text: str, usage: dict, info: dict, calls: list[dict] | None = None) -> dict:
+def finish_reason(reply) -> str:
+    """OpenAI's finish_reason for an agent's reply: its client's tool calls, the output limit, or a stop."""
+    return "tool_calls" if reply.client_calls else "length" if reply.truncated else "stop"
+
+
+def completion(cid: str, model: str, text: str, usage: dict, info: dict, calls: list[dict] | None = None,
+               finish: str = "") -> dict:
     message: dict = {"role": "assistant", "content": text}
     if calls:
         message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls(calls)}
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish or ("tool_calls" if calls else "stop")}],
             "usage": usage, "pager": info}
 
 

@@ -139,7 +139,7 @@ class ReplayModel:
             raise ModelError(outcome["error"])
         if outcome["kind"] == "overflow":
             raise ContextOverflow(outcome["error"])
-        return ModelReply(outcome.get("text", ""), outcome.get("tool_calls", []))
+        return ModelReply(outcome.get("text", ""), outcome.get("tool_calls", []), truncated=outcome.get("truncated", False))
 
 
 def model_outcomes(recorded: list[dict]) -> list[dict]:

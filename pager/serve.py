@@ -42,7 +42,7 @@ from .fsck import durable_turns
 from .keys import KeyRing, is_key
 from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
-                    error_body, load_models, parse, pieces, session_name, take_turn, tool_calls)
+                    error_body, finish_reason, load_models, parse, pieces, session_name, take_turn, tool_calls)
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -527,7 +527,7 @@ class Server:
             return _error(502, f"the model failed: {reply.error}; your message is saved in session {req.session!r}",
                           "api_error", "model_error")
         return JSONResponse(completion(cid, req.model, reply.text, outcome["usage"], self._info(req, outcome),
-                                       reply.client_calls))
+                                       reply.client_calls, finish_reason(reply)))
 
     def _timeout(self):
         return _error(504, f"the model gave no answer within {self.limits.model_timeout:g} s; your message is saved "
@@ -572,7 +572,7 @@ class Server:
                 yield chunk(cid, req.model, {"content": piece})
             if reply.client_calls:
                 yield chunk(cid, req.model, {"tool_calls": tool_calls(reply.client_calls, indexed=True)})
-            yield chunk(cid, req.model, {}, "tool_calls" if reply.client_calls else "stop", pager=self._info(req, outcome))
+            yield chunk(cid, req.model, {}, finish_reason(reply), pager=self._info(req, outcome))
             if req.include_usage:
                 body = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": req.model,
                         "choices": [], "usage": outcome["usage"]}
