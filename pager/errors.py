@@ -35,6 +35,10 @@ class InputError(PagerError):
     exit_code = 2
 
 
+class KeyReused(InputError):
+    """An idempotency key the session holds, sent with other words: a new message needs a new key."""
+
+
 class StoreError(PagerError):
     """The disk (LanceDB or the journal) refused or is damaged."""
 

@@ -311,6 +311,17 @@ def test_resending_the_whole_history_does_not_duplicate_turns(open_server):
     assert turns_of(open_server, "resend") == 10  # an edited branch is new conversation: kept, after the rest
 
 
+def test_a_used_key_with_other_words_is_a_400_naming_it(open_server):
+    with open_server.http() as http:
+        sent = {"messages": [{"role": "user", "content": "My locker is 12.", "key": "m1"}]}
+        assert http.post("/sessions/keys/turns", json=sent).status_code == 201
+        assert http.post("/sessions/keys/turns", json=sent).status_code == 201   # a retry
+        reused = http.post("/sessions/keys/turns", json={"messages": [{"role": "user", "content": "Locker 40.", "key": "m1"}]})
+        assert reused.status_code == 400 and reused.json()["error"]["code"] == "KeyReused"
+        assert "a new message needs a new key" in reused.json()["error"]["message"]
+    assert turns_of(open_server, "keys") == 1
+
+
 def test_header_wins_over_user_field(open_server):
     client = open_server.openai()
     client.chat.completions.create(model="offline", user="by-user", extra_headers={"X-Pager-Session": "by-header"},

@@ -193,3 +193,22 @@ def test_a_reopened_session_keeps_its_pages_keywords_and_its_bookmarks(tmp_path)
         assert {n: list(kws) for n, kws in session.directory.by_page.items()} == before
         assert session.directory.index == index
         assert [(h.n, h.score) for h in session.search(query, k=5)] == hits
+
+
+def test_a_used_key_with_other_words_is_refused_and_the_retry_still_answered(lance_home):
+    """A client reusing an idempotency key for a new message was answered with the first turn, and the
+    new message was lost without a word. It is refused, naming the key, before anything of its batch is
+    written; the same message again (a retry) still gets its turn back, from the journal and from the
+    store after a flush, and a key used twice in one batch with other words is refused too."""
+    s = lance_home.open("a")
+    first = s.append("ada", "I live in Oslo.", key="k1")
+    for when in ("in the journal", "in the store"):
+        with pytest.raises(InputError, match="'k1' was first sent with other words .*a new message needs a new key"):
+            s.append_many([{"speaker": "ada", "text": "Note this.", "key": "k2"},
+                           {"speaker": "ada", "text": "I live in Bergen.", "key": "k1"}])
+        assert s.append("ada", "I live in Oslo.", key="k1").turn == first.turn, when
+        assert s.turn_count == 1 and s.held("k2") is None, when
+        lance_home.flush()
+    with pytest.raises(InputError, match="'k3' was first sent with other words"):
+        s.append_many([{"speaker": "ada", "text": "One.", "key": "k3"}, {"speaker": "ada", "text": "Two.", "key": "k3"}])
+    assert s.turn_count == 1
