@@ -27,6 +27,7 @@ ENV = {
     "PAGER_EMBEDDER": "embedder",
     "PAGER_BOOKMARK_MODEL": "bookmark_model",
     "PAGER_MEMORY_MODEL": "memory_model",
+    "PAGER_BOOKMARK_BATCH": "bookmark_batch",
     "PAGER_RERANKER": "reranker",
     "PAGER_RECENCY_WEIGHT": "recency_weight",
     "PAGER_LIVE_SUMMARIES": "live_summaries",

@@ -173,8 +173,9 @@ class LiteLLMModel:
                      lib.ServiceUnavailableError, lib.BadGatewayError)
         for attempt in range(self.attempts):
             try:
+                # max_retries=0: pager's tries are the only ones (the provider's SDK retried each of them twice more)
                 response = lib.completion(model=self.name, messages=messages, tools=tools or None,
-                                          max_tokens=self.output_tokens, timeout=self.timeout)
+                                          max_tokens=self.output_tokens, timeout=self.timeout, max_retries=0)
                 return _reply(response, attempt)
             except lib.ContextWindowExceededError as exc:
                 raise ContextOverflow(str(exc)) from exc

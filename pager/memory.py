@@ -84,7 +84,12 @@ class MemoryWriter:
             prompt += "\n" + section
         reply = self.model.complete([{"role": "user", "content": prompt}], [])
         current = {f.n: f.text for f in session.facts.items if f.n in _current(session.facts)}
-        return parse(reply.text, pages, current, asked)
+        answer = parse(reply.text, pages, current, asked)
+        if reply.truncated:   # say why the JSON is cut, and what to change
+            answer.rejected.append(f"the answer was cut at the memory model's output limit of "
+                                   f"{self.model.output_tokens} tokens: fewer pages per call answer in less "
+                                   f"(PAGER_BOOKMARK_BATCH, now {self.batch})")
+        return answer
 
 
 def ask_summaries(session, pages: list[Page], episodes: list[list]) -> tuple[Asked, str]:

@@ -211,6 +211,24 @@ def test_rejected_items_are_an_event_and_the_valid_rest_is_kept(tmp_path):
     home.journal.close(remove=True)
 
 
+def test_an_answer_cut_at_the_output_limit_is_said_to_be_cut(tmp_path):
+    """A memory model's answer cut at its output limit was reported only as "holds no JSON object": the
+    event says it was cut, and what makes the answers shorter."""
+    def cut(messages, tools):
+        return {"content": '{"facts": [{"op": "ADD", "subject": "home city", "text": "Maya lives', "finish_reason": "length"}
+
+    home = home_with(tmp_path, cut)
+    events = []
+    s = told(home, upto=30)
+    s.events.listeners.append(events.append)
+    s.write_bookmarks(force=True)
+    rejected = [r for e in events if e.kind == "memory_rejected" for r in e.data["rejected"]]
+    assert any("cut at the memory model's output limit of 1024 tokens" in r and "PAGER_BOOKMARK_BATCH, now 4" in r
+               for r in rejected), rejected
+    home.journal.close(remove=True)
+    assert Config.load(env={"PAGER_BOOKMARK_BATCH": "2"}).bookmark_batch == 2   # the setting the event names
+
+
 @pytest.mark.parametrize("error", [ConnectionError("the provider is down"), TimeoutError("timed out after 60 s")])
 def test_a_failing_memory_model_is_an_event_never_a_failed_turn(tmp_path, error):
     keeper = Keeper(fail=error)

@@ -20,8 +20,8 @@ runner = CliRunner()
 
 
 class FakeOpenAI:
-    """`/v1/chat/completions` answering with the scripted replies in order (then a plain one); every
-    request body is kept in `bodies`."""
+    """`/v1/chat/completions` answering with the scripted replies in order (then a plain one), or a
+    scripted status; every request body is kept in `bodies`."""
 
     def __init__(self) -> None:
         self.script: list[dict] = []
@@ -35,7 +35,15 @@ class FakeOpenAI:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 fake.bodies.append(body)
-                message, finish = fake.script.pop(0) if fake.script else ({"content": "fine"}, "stop")
+                message, finish, *status = fake.script.pop(0) if fake.script else ({"content": "fine"}, "stop")
+                if status:   # a failure: (None, None, 500)
+                    data = json.dumps({"error": {"message": "overloaded", "type": "server_error"}}).encode()
+                    self.send_response(status[0])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 data = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "fake",
                                    "choices": [{"index": 0, "finish_reason": finish,
                                                 "message": {"role": "assistant", **message}}],
@@ -226,3 +234,18 @@ def test_a_reply_quoting_two_lines_of_a_search_result_keeps_them(tmp_path):
         home.close()
     assert len(quoted) >= 2, "the search result lists pages to quote"
     assert reply.unechoed == 0 and reply.text == "Here is what I found:\n" + "\n".join(quoted[:2])
+
+
+def test_a_failing_provider_is_asked_once_per_try_of_pagers(fake):
+    """litellm's OpenAI client retried each 500 twice on its own, under pager's tries: 2 tries were 6
+    requests, 5 up to 15. pager's tries are the only ones now."""
+    from pager.errors import ModelError
+    from pager.llm import LiteLLMModel
+
+    fake.script = [(None, None, 500)] * 3 + [({"content": "back"}, "stop")]
+    model = LiteLLMModel("openai/fake", attempts=2, backoff=0, sleep=lambda s: None)
+    with pytest.raises(ModelError, match="still failing after 2 tries"):
+        model.complete([{"role": "user", "content": "hi"}], [])
+    assert len(fake.bodies) == 2
+    assert model.complete([{"role": "user", "content": "hi"}], []).text == "back"   # one 500, then the reply
+    assert len(fake.bodies) == 4
