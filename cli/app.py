@@ -626,6 +626,11 @@ def replay(
             raise typer.Exit(1)
         console.print(f"ok: {len(run.recorded)} recorded events reproduced exactly "
                       f"({run.faults} faults, {run.count('evict')} evictions, {len(run.digests)} model calls)")
+        if run.cut:
+            console.print("the trace ends without session_end: the run was cut short (killed, still running, or a "
+                          "Toolkit never closed)"
+                          + (f"; the replay went on for {run.beyond} event(s) of its last message, which the "
+                             "recording does not hold and were not compared" if run.beyond else ""))
         return
     start, _ = rp.load(trace)
     names = list(POLICIES) if policy == "all" else [policy or start["policy"]]
@@ -671,15 +676,18 @@ def trace_show(
     def at(i, ctx, session, events):
         if i == step:
             console.rule(Text(f"model call {i} of {trace.name}"))
+            if where := rp.position(events):
+                console.print(Text(where))
             console.print(views.frame_strip(session))
             console.print(views.frame_table(session))
-            t = ctx.tokens
-            console.print(f"tokens: prefix {t['prefix']} · memory map {t['map']} · pages {t['pages']} · message "
-                          f"{t['message']} · tool exchanges {t['scratch']} · total {t['total']} of {ctx.budget}")
-            console.rule("memory map")
-            console.print(ctx.memory.split("\n\n[p")[0], markup=False)
+            console.print(views.region_tokens(ctx.tokens, ctx.budget))
+            head, _, pages = ctx.memory.partition("\n\n[p")
+            console.rule("memory map" + (", then state, summaries, facts and excerpts" if "\n\n[" in head else ""))
+            console.print(head, markup=False)
             console.rule("pages in the context, in conversation order")
-            console.print(", ".join(f"p{n}" for n in ctx.pages))
+            console.print(", ".join(f"p{n}" for n in ctx.pages) or "none")
+            if pages:   # as the model read them
+                console.print("\n[p" + pages.rstrip("\n"), markup=False)
             console.rule("message")
             console.print(ctx.message, markup=False)
             shown.append(i)

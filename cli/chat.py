@@ -24,7 +24,7 @@ from pager.model import HandlerModel, Model
 from pager.offline import OfflineShell
 from pager.proxy import OFFLINE_NAME
 from pager.session import Session, settle
-from pager.trace import Event, TraceWriter, begin, new_trace_path
+from pager.trace import Event, TraceWriter, begin, end, new_trace_path
 
 HELP = """commands:
   /frames          the frame map: which page is in which frame, tokens, flags
@@ -236,7 +236,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
             if session.unwritten and home.writer:  # the last pages, fewer than a batch
                 session.write_bookmarks(force=True)
         finally:
-            session.emit("session_end", turns=session.turn_count, **session.counters)
+            end(session)
             writer.close()
 
 

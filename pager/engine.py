@@ -26,7 +26,7 @@ from typing import Callable, Iterator, TypeVar
 from .config import Config
 from .home import Home
 from .session import Session
-from .trace import TraceWriter, begin, new_trace_path
+from .trace import TraceWriter, begin, end, new_trace_path
 
 T = TypeVar("T")
 log = logging.getLogger("pager.serve")
@@ -160,7 +160,7 @@ class Engine:
         writer, _ = self._traces.pop(s.key(), (None, 0))
         if writer is None:
             return
-        s.emit("session_end", turns=s.turn_count, **s.counters)
+        end(s)
         s.events.listeners.remove(writer)
         writer.close()
 

@@ -56,8 +56,41 @@ class Divergence:
     def describe(self) -> str:
         def show(e):
             return "nothing (the replay ended)" if e is None else _brief(e)
+        if self.seq < 0:   # the replay made more than the recording holds
+            return (f"diverged after the recording's last event ({self.step}): the replay went on with\n"
+                    f"  replayed: {show(self.actual)}")
+        differs = "" if self.actual is None else f"\n  differs in {_difference(normalize(self.expected), normalize(self.actual))}"
         return (f"diverged at {self.step} (recorded event #{self.seq}):\n"
-                f"  expected: {show(self.expected)}\n  replayed: {show(self.actual)}")
+                f"  expected: {show(self.expected)}\n  replayed: {show(self.actual)}{differs}")
+
+
+def _difference(expected, actual, path: str = "") -> str:
+    """The first place two events differ, as a person would look for it: `results[1].page: recorded 'p8',
+    replayed 'p4'` (the events themselves are cut to a line each)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in [*expected, *(k for k in actual if k not in expected)]:
+            if expected.get(key, _ABSENT) != actual.get(key, _ABSENT):
+                return _difference(expected.get(key, _ABSENT), actual.get(key, _ABSENT), f"{path}.{key}" if path else key)
+    if isinstance(expected, list) and isinstance(actual, list):
+        for k, (a, b) in enumerate(zip(expected, actual)):
+            if a != b:
+                return _difference(a, b, f"{path}[{k}]")
+        if len(expected) != len(actual):
+            return f"{path}: recorded {len(expected)} items, replayed {len(actual)}"
+
+    def show(value) -> str:
+        return "nothing" if value is _ABSENT else _brief_value(value)
+    return f"{path or 'the event'}: recorded {show(expected)}, replayed {show(actual)}"
+
+
+_ABSENT = object()
+
+
+def _brief_value(value, width: int = 80) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _brief(event: dict, width: int = 300) -> str:
@@ -81,6 +114,8 @@ class Run:
     frames: list[int] = field(default_factory=list)
     start_frames: int = 0                                   # frames when the trace begins
     start_resident: set[int] = field(default_factory=set)   # pages resident then (the tail aside)
+    cut: bool = False        # the recording has no session_end: a crash (or a trim) ended it, maybe mid-message
+    beyond: int = 0          # of a cut recording: events the replay made after its last one (not compared)
 
     def count(self, kind: str) -> int:
         return sum(1 for e in self.events if e["kind"] == kind)
@@ -159,11 +194,25 @@ def model_outcomes(recorded: list[dict]) -> list[dict]:
     return out
 
 
+# the fields replay reads from each input, with their types: a trace edited by hand that lacks one is refused
+# naming the event, not met with a traceback
+FIELDS: dict[str, dict[str, type]] = {"session_start": {"budget": int, "page_tokens": int, "policy": str}, "snapshot": {"turns": list, "state": dict},
+          "append": {"turns": list}, "user": {"text": str}, "command": {"line": str}, "external_call": {"name": str}}
+TYPES: dict[type, str] = {int: "a whole number", str: "text", list: "a list", dict: "an object"}
+
+
 def load(path: Path) -> tuple[dict, list[dict]]:
     events = list(read_trace(path))
     start = next((e for e in events if e["kind"] == "session_start"), None)
     if start is None:
         raise InputError(f"{path} has no session_start event; it is not a pager session trace")
+    for event in events:
+        for name, kind in FIELDS.get(event["kind"], {}).items():
+            value = event.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                said = "has no" if name not in event else f"holds {type(value).__name__} {str(value)[:40]!r} as its"
+                raise InputError(f"{path}: the {event['kind']} event #{event.get('seq', '?')} {said} {name!r} "
+                                 f"({TYPES[kind]}); fix that line, or replay the trace as it was written")
     return start, events
 
 
@@ -185,7 +234,8 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   # the reranker's answers are fed back (replay); how many candidates it had decides what is asked
                   rerank_pieces=extra.get("rerank_pieces", Config.rerank_pieces),
                   rerank_facts=extra.get("rerank_facts", Config.rerank_facts),
-                  **({"summary_share": extra["summary_share"]} if "summary_share" in extra else {}))
+                  **{name: extra[name] for name in ("summary_share", "autopage_min_score", "pressure", "state_share",
+                                                    "fact_share", "excerpt_slabs") if name in extra})
 
 
 class _Clock:
@@ -212,8 +262,13 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
 
     start, recorded_all = load(path)
     recorded = [e for e in recorded_all if e["kind"] not in IGNORED and e.get("seq", 0) > start.get("seq", 0)]
+    if start.get("resumed_turns") and not any(e["kind"] == "snapshot" for e in recorded):
+        raise InputError(f"{path} resumed a session of {start['resumed_turns']} turns, but its `snapshot` line (those "
+                         "turns and the paging state, the line after session_start) is missing; replay starts from "
+                         "it: put it back, or replay the trace as it was written")
     compare = _comparable(recorded)
-    run = Run(policy or start["policy"], recorded=compare)
+    run = Run(policy or start["policy"], recorded=compare,
+              cut=not any(e["kind"] == "session_end" and e.get("seq", 0) > start.get("seq", 0) for e in recorded_all))
     run.recorded_digests = [e["digest"] for e in recorded if e["kind"] == "model_request"]
     clock = _Clock()
     with tempfile.TemporaryDirectory(prefix="pager-replay-") as folder:
@@ -224,6 +279,7 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
         session = home.open()
         live: list[dict] = []
         listening = [True]
+        checker = _Compare(compare, live, run.cut, recorded)
 
         def listen(e: Event) -> None:
             if listening[0]:
@@ -236,6 +292,8 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
         def context_seen(ctx) -> None:
             nonlocal requests
             requests += 1
+            if run.cut and requests > len(run.recorded_digests):
+                raise Stop   # past where a cut recording ends: this call was never made
             run.digests.append(ctx.digest)
             run.frames.append(ctx.frames)
             if on_context:
@@ -252,24 +310,25 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
             return agents[0]
 
         try:
-            _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live)
+            _feed(recorded, session, agent_factory, checker, run, check, policy, clock, listening)
         except Stop:
             pass
         run.events = live
         run.counters = dict(session.counters)
         if check and run.divergence is None:
-            run.divergence = _first_divergence(compare, live, final=True)
+            run.divergence = checker.first_divergence(final=True)
+        run.beyond = max(0, len(checker.comparable()) - len(compare)) if run.cut else 0
         home.journal.close(remove=True)
     return run
 
 
-def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, listening, live) -> None:
+def _feed(recorded, session, agent_factory, checker, run, check, policy, clock, listening) -> None:
     from pager.tools import AGENT
     from pager.tools.toolkit import external
 
     started = False
     at = [0]
-    early = _Early(recorded, session, live, at)
+    early = _Early(recorded, session, checker, at)
     for i, event in enumerate(recorded):
         kind = event["kind"]
         at[0] = i
@@ -311,7 +370,7 @@ def _feed(recorded, session, agent_factory, compare, run, check, policy, clock, 
             session.apply_written([Written(n, tuple(m["keywords"]), m.get("note", ""))
                                    for m in event["marks"] if (n := parse_page_id(m["page"])) is not None])
         if check:
-            run.divergence = _first_divergence(compare, live)
+            run.divergence = checker.first_divergence()
             if run.divergence:
                 return
 
@@ -342,8 +401,8 @@ class _Early:
     user's turn, between model steps, before its own summaries were numbered), so replay feeds it
     from the session's own sync at the same point of the event stream, not after the work."""
 
-    def __init__(self, recorded: list[dict], session, live: list[dict], at: list[int]) -> None:
-        self.recorded, self.live, self.at = recorded, live, at
+    def __init__(self, recorded: list[dict], session, checker: "_Compare", at: list[int]) -> None:
+        self.recorded, self.checker, self.at = recorded, checker, at
         self.fed: set[int] = set()
         self.before: list[int] = []
         seen = 0   # comparable events recorded before each event
@@ -358,7 +417,7 @@ class _Early:
         if self.recorded[self.at[0]]["kind"] == "snapshot":   # loaded before the recording's trace began
             return
         for j in range(self.at[0] + 1, len(self.recorded)):
-            event, produced = self.recorded[j], len(_comparable(self.live))
+            event, produced = self.recorded[j], len(self.checker.comparable())
             if self.before[j] > produced:
                 return   # recorded after an event replay has not made yet
             if j in self.fed:
@@ -420,31 +479,81 @@ def _comparable(events: Iterable[dict]) -> list[dict]:
     return [e for e in events if e["kind"] not in INPUTS - {"append", "user"}]
 
 
-def _first_divergence(recorded: list[dict], live: list[dict], final: bool = False) -> Divergence | None:
-    replayed = _comparable(live)
-    for i, actual in enumerate(replayed):
-        if i >= len(recorded):
-            return Divergence(i, -1, "the end of the recording", {"kind": "(no more events recorded)"}, actual)
-        if normalize(recorded[i]) != normalize(actual):
-            return Divergence(i, recorded[i].get("seq", -1), _where(recorded, i), recorded[i], actual)
-    if final and len(replayed) < len(recorded):
-        i = len(replayed)
-        return Divergence(i, recorded[i].get("seq", -1), _where(recorded, i), recorded[i], None)
-    return None
+class _Compare:
+    """The replayed stream against the recording, as it grows: each replayed event is sorted out and
+    compared once (rescanning the whole stream after every input made a replay of thousands of
+    messages take minutes). cut: the recording ends without session_end, so what the replay makes
+    after its last event was not recorded, and is no divergence."""
+
+    def __init__(self, recorded: list[dict], live: list[dict], cut: bool = False, events: list[dict] | None = None) -> None:
+        self.recorded, self.live, self.cut = recorded, live, cut
+        self.events = recorded if events is None else events   # every recorded event, inputs too: to say where
+        self.at = {id(e): j for j, e in enumerate(self.events)}
+        self.replayed: list[dict] = []
+        self.scanned = 0    # events of live sorted into replayed
+        self.matched = 0    # events of replayed equal to the recording's
+
+    def comparable(self) -> list[dict]:
+        self.replayed += _comparable(self.live[self.scanned:])
+        self.scanned = len(self.live)
+        return self.replayed
+
+    def first_divergence(self, final: bool = False) -> Divergence | None:
+        replayed, recorded = self.comparable(), self.recorded
+        for i in range(self.matched, len(replayed)):
+            actual = replayed[i]
+            if i >= len(recorded):
+                if self.cut:
+                    return None
+                return Divergence(i, -1, self.where(len(recorded) - 1) if recorded else "the start",
+                                  {"kind": "(no more events recorded)"}, actual)
+            if normalize(recorded[i]) != normalize(actual):
+                return Divergence(i, recorded[i].get("seq", -1), self.where(i), recorded[i], actual)
+            self.matched = i + 1
+        if final and len(replayed) < len(recorded):
+            i = len(replayed)
+            return Divergence(i, recorded[i].get("seq", -1), self.where(i), recorded[i], None)
+        return None
+
+    def where(self, i: int) -> str:
+        return _where(self.events, self.at[id(self.recorded[i])], i)
 
 
-def _where(recorded: list[dict], i: int) -> str:
-    messages = sum(1 for e in recorded[: i + 1] if e["kind"] == "user")
-    if not messages:
-        appends = [e for e in recorded[: i + 1] if e["kind"] == "append"]
-        if appends:
-            turns = sum(len(e["turns"]) for e in appends)
-            return f"event {i + 1}, while appending turns {turns - len(appends[-1]['turns']) + 1}–{turns} (append {len(appends)})"
-        return f"event {i + 1}, before the first message"
-    since = recorded[max(k for k in range(i + 1) if recorded[k]["kind"] == "user"): i + 1]
-    step = max([e.get("step", 0) for e in since if e["kind"] == "model_request"], default=0)
+def _where(events: list[dict], j: int, i: int) -> str:
+    """Where the recording's j-th event (the i-th compared) happened, by the input it followed: a message
+    and its model step, an append, a tool call from another agent, a slash command."""
+    last = next((k for k in range(j, -1, -1) if events[k]["kind"] in ("user", "external_call", "command")
+                 or (events[k]["kind"] == "append" and not _from_other(events[k]))), None)
+    if last is None:
+        return f"event {i + 1}, before the first input"
+    event, before = events[last], events[: last + 1]
+    if event["kind"] == "append":
+        appends = [e for e in before if e["kind"] == "append" and not _from_other(e)]
+        turns = sum(len(e["turns"]) for e in appends)
+        return f"event {i + 1}, while appending turns {turns - len(event['turns']) + 1}–{turns} (append {len(appends)})"
+    if event["kind"] == "external_call":
+        calls = sum(e["kind"] == "external_call" for e in before)
+        arguments = event.get("arguments")
+        said = arguments if isinstance(arguments, str) else _brief_value(arguments)
+        return f"event {i + 1}: external call {calls} ({event['name']} {said[:80]})"
+    if event["kind"] == "command":
+        return f"event {i + 1}: after the command {event['line']!r}"
+    messages = sum(e["kind"] == "user" for e in before)
+    step = max([e.get("step", 0) for e in events[last: j + 1] if e["kind"] == "model_request"], default=0)
     when = f"model step {step}" if step else "automatic paging, before the first model call"
-    return f"event {i + 1}: message {messages} ({recorded[max(k for k in range(i + 1) if recorded[k]['kind'] == 'user')]['text'][:60]!r}), {when}"
+    return f"event {i + 1}: message {messages} ({event['text'][:60]!r}), {when}"
+
+
+def position(events: list[dict]) -> str:
+    """Where a replay is, for a person looking for a message: "message 59 (turn 507), model step 2", from
+    the events replayed so far, the call's own `model_request` the last of them."""
+    users = [i for i, e in enumerate(events) if e["kind"] == "user"]
+    if not users:
+        return ""
+    since = events[users[-1]:]
+    turn = next((e["turn"] for e in since if e["kind"] == "turn"), None)
+    step = next((e["step"] for e in reversed(since) if e["kind"] == "model_request"), 1)
+    return f"message {len(users)}" + (f" (turn {turn})" if turn else "") + f", model step {step}: {events[users[-1]]['text'][:60]!r}"
 
 
 # -- Belady's optimum -----------------------------------------------------------------------------------------
@@ -593,5 +702,8 @@ def summary(path: Path):
                   f"{kinds['tool_call']} tool calls")
     table.add_row("paging", f"{kinds['fault']} faults · {kinds['hit']} hits · {kinds['evict']} evictions · "
                   f"{kinds['page_sealed']} pages sealed · {kinds['pin']} pins")
+    if not kinds["session_end"]:
+        table.add_row("end", "none recorded: the run was cut short (killed, still running, or a Toolkit never "
+                      "closed); replay compares what the trace holds")
     table.add_row("next", Text(f"pager trace show {path} --step 1 · pager replay {path} --policy all"))
     return table

@@ -85,7 +85,8 @@ class Session:
         self.keys: dict[str, int] = {}      # idempotency key → turn, for the turns taken in
         self._keys_loaded = False
         self.generation = -1                # journal ops of other processes taken in, as the lock counts them
-        self.counters = {"faults": 0, "hits": 0, "evictions": 0}
+        self.counters = {"faults": 0, "hits": 0, "evictions": 0}   # since the session began: kept in its page table
+        self.traced = dict(self.counters)   # the counters when its trace began (trace.begin; session_end counts from them)
         self.pending = Batch()
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []

@@ -3,8 +3,9 @@
 Each column is one assembled context (one model call); each row one frame. A cell shows the
 page in that frame: yellow where it was faulted in for this call, magenta when pinned, cyan
 for the open tail, grey otherwise; a red corner marks a frame whose previous page was
-evicted. Hovering a cell shows the page's header and text; hovering a column head shows the
-message and the token counts.
+evicted, and hovering it names the pages that left and why (the policy, or page_out). Hovering a
+cell shows the page's header and text; hovering a column head shows the message and the token
+counts.
 
 Below the frames, one lane per memory tier shows what changed at or after each call: the
 working state (a key set or unset), facts (written; orange when one supersedes another, red
@@ -29,7 +30,7 @@ class Column:
     message: str
     slots: list[int | None]
     faulted: set[int]
-    evicted_frames: set[int]
+    evicted_frames: dict[int, list[str]]   # frame → what left it since the call before: "p62 (policy clock)"
     pinned: set[int]
     tail: int
     tokens: dict
@@ -66,7 +67,11 @@ def collect(path: Path) -> Timeline:
             if e["kind"] == "user":
                 seen["message"] = e["text"]
         faulted = {int(e["page"][1:]) for e in new if e["kind"] == "fault"}
-        evicted = {e["frame"] for e in new if e["kind"] == "evict" and e.get("frame", -1) >= 0}
+        evicted: dict[int, list[str]] = {}
+        for e in new:
+            if e["kind"] == "evict" and e.get("frame", -1) >= 0:
+                why = f"policy {e['policy']}" if e.get("reason") == "policy" else e.get("reason", "")
+                evicted.setdefault(e["frame"], []).append(f"{e['page']} ({why})")
         seen["session"] = session
         timeline.columns.append(Column(
             label=str(i), message=seen["message"], slots=list(session.frames.slots), faulted=faulted,
@@ -157,11 +162,12 @@ def render(timeline: Timeline) -> str:
             else:
                 color = ("#7fd6e8" if n == column.tail else "#d58be3" if n in column.pinned
                          else "#ffd84d" if n in column.faulted else "#cfcfcf")
-                text = html.escape(timeline.pages.get(n, f"p{n}")[:600])
                 parts.append(f'<g class="c" data-p="{n}"><rect x="{left}" y="{top}" width="{cell - 2}" height="16" '
-                             f'fill="{color}"/><text x="{left + 3}" y="{top + 12}">p{n}</text><title>{text}</title></g>')
+                             f'fill="{color}"/><text x="{left + 3}" y="{top + 12}">p{n}</text></g>')
             if r in column.evicted_frames:
-                parts.append(f'<path d="M{left + cell - 9},{top} h7 v7 z" fill="#d62728"><title>evicted here</title></path>')
+                gone = html.escape(", ".join(column.evicted_frames[r]))
+                parts.append(f'<path d="M{left + cell - 9},{top} h7 v7 z" fill="#d62728"><title>evicted from f{r}: '
+                             f'{gone}</title></path>')
     parts += _lanes(timeline, lanes, head + 18 * rows + 8, cell)
     parts.append("</svg>")
     legend = ('<span style="background:#ffd84d">faulted in</span> <span style="background:#cfcfcf">resident</span> '
@@ -179,11 +185,31 @@ def render(timeline: Timeline) -> str:
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>pager timeline · {html.escape(timeline.title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:16px}} .wrap{{overflow-x:auto;border:1px solid #ddd}}
-span{{padding:1px 6px;margin-right:6px;border-radius:3px}} g.c:hover rect{{stroke:#000;stroke-width:1.5}}</style></head>
+span{{padding:1px 6px;margin-right:6px;border-radius:3px}} g.c:hover rect{{stroke:#000;stroke-width:1.5}}
+#tip{{position:fixed;display:none;max-width:40em;white-space:pre-wrap;background:#fffff0;border:1px solid #999;
+padding:4px 6px;font:12px monospace;pointer-events:none}}</style></head>
 <body><h2>pager timeline · {html.escape(timeline.title)}</h2>
 <p>{len(timeline.columns)} model calls · {rows} frames at most · {faults} faults · {evictions} evictions{tier_line} · hover a cell for the page</p>
-<p>{legend}</p><div class="wrap">{''.join(parts)}</div></body></html>
+<p>{legend}</p><div class="wrap">{''.join(parts)}</div><div id="tip"></div>
+{_page_texts(timeline)}</body></html>
 """
+
+
+def _page_texts(timeline: Timeline) -> str:
+    """Each page's header and text once, shown on hover by a few lines of script: a <title> in every cell
+    repeated it in each column it sat in (2,292 calls of 55 frames: 21 MB of the page's 40)."""
+    texts = json.dumps({n: text[:600] for n, text in timeline.pages.items()}, ensure_ascii=False)
+    texts = texts.replace("<", "\\u003c")   # no "</script>" in a page's text can end the script
+    return (f'<script type="application/json" id="pages">{texts}</script>\n<script>\n'
+            'const pages = JSON.parse(document.getElementById("pages").textContent), tip = document.getElementById("tip");\n'
+            'document.addEventListener("mousemove", e => {\n'
+            '  const cell = e.target.closest && e.target.closest("g.c");\n'
+            '  if (!cell) { tip.style.display = "none"; return; }\n'
+            '  tip.textContent = pages[cell.dataset.p] || "p" + cell.dataset.p;\n'
+            '  tip.style.left = Math.min(e.clientX + 12, innerWidth - tip.offsetWidth - 4) + "px";\n'
+            '  tip.style.top = Math.min(e.clientY + 12, innerHeight - tip.offsetHeight - 4) + "px";\n'
+            '  tip.style.display = "block";\n'
+            '});\n</script>')
 
 
 def _lanes(timeline: Timeline, lanes: list[str], top: int, cell: int) -> list[str]:

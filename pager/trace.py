@@ -169,6 +169,8 @@ def read_trace(path: Path) -> Iterator[dict]:
                              "imports it; replay takes a trace from a home's traces/ folder")
         if not isinstance(obj, dict) or "kind" not in obj:
             raise InputError(f"{path}:{number}: an event needs a 'kind'; fix or delete that line")
+        if not isinstance(obj.get("v", TRACE_VERSION), int) or not isinstance(obj["kind"], str):
+            raise InputError(f"{path}:{number}: an event's 'v' is a number and its 'kind' a name; fix or delete that line")
         if obj.get("v", TRACE_VERSION) > TRACE_VERSION:
             raise InputError(f"{path}:{number}: trace v{obj['v']} is newer than this pager; upgrade pager")
         yield obj
@@ -181,6 +183,7 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
     each message has an Agent of its own (a server's), not one for the whole session (a chat's)."""
     cfg = session.home.config
     per_message = {"agent_per_message": True} if agent_per_message else {}
+    session.traced = dict(session.counters)
     session.emit("session_start", session=session.name, user=session.user, model=model, budget=budget, **per_message,
                  page_tokens=session.page_tokens, policy=session.policy.name, tokenizer=session.tokenizer.name,
                  embedder=cfg.embedder, embedder_dim=session.home.embedder.dim, resumed_turns=session.turn_count,
@@ -189,6 +192,9 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share,
                          "supersede": cfg.supersede, "weak_similarity": cfg.weak_similarity,
                          "fill": cfg.fill, "fact_dates": cfg.fact_dates,
+                         # what decides paging and the prompt beside them (traces before these were recorded: defaults)
+                         "autopage_min_score": cfg.autopage_min_score, "pressure": cfg.pressure,
+                         "state_share": cfg.state_share, "fact_share": cfg.fact_share, "excerpt_slabs": cfg.excerpt_slabs,
                          **({"reranker": cfg.reranker, "rerank_pieces": cfg.rerank_pieces,
                              "rerank_facts": cfg.rerank_facts} if cfg.reranker else {})})
     if session.turn_count:
@@ -209,3 +215,10 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],
                      summaries=[summary_record(x) for x in session.summaries.items])
+
+
+def end(session) -> None:
+    """Close a session's trace: its turns, and the faults, hits and evictions of this trace, as many as its
+    events (the session's own counters run on across runs and processes, in its stored page table)."""
+    session.emit("session_end", turns=session.turn_count,
+                 **{k: n - session.traced.get(k, 0) for k, n in session.counters.items()})

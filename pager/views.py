@@ -63,6 +63,20 @@ def frame_table(session: Session) -> Table:
     return table
 
 
+REGIONS = (("prefix", "prefix"), ("map", "memory map"), ("state", "state"), ("summaries", "summaries"),
+           ("facts", "facts and excerpts"), ("pages", "pages"), ("message", "message"),
+           ("scratch", "tool schemas and exchanges"))
+
+
+def region_tokens(tokens: dict, budget: int) -> str:
+    """A context's tokens per region (a model_request's `tokens`), every region it has, so that they add
+    up to the total: what is left is the chat framing of the messages."""
+    parts = [(label, tokens[key]) for key, label in REGIONS if tokens.get(key)]
+    framing = tokens["total"] - sum(n for _, n in parts)
+    return ("tokens: " + " · ".join(f"{label} {n}" for label, n in parts)
+            + (f" · message framing {framing}" if framing else "") + f" · total {tokens['total']} of {budget}")
+
+
 def page_table(session: Session, limit: int = 40) -> Table:
     """The page table: resident pages first, then the most used on disk."""
     entries = sorted(session.table.values(), key=lambda e: (not e.resident, -e.use_count, -e.n))[:limit]

@@ -26,7 +26,7 @@ from typing import Literal
 from pager.config import Config
 from pager.errors import ConfigError, PagerError, ToolError
 from pager.home import Home, check_new_name
-from pager.trace import TraceWriter, begin, new_trace_path
+from pager.trace import TraceWriter, begin, end, new_trace_path
 
 from .dispatch import AGENT, MAX_ARGUMENT_CHARS, Dispatcher
 
@@ -174,7 +174,7 @@ class Toolkit:
         with self._lock:
             self._closed = True
             if self._writer:
-                self.session.emit("session_end", turns=self.session.turn_count, **self.session.counters)
+                end(self.session)
                 self._writer.close()
                 self._writer = None
             self.home.close()

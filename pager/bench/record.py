@@ -17,7 +17,7 @@ from ..home import Home
 from ..model import HandlerModel, Model
 from ..offline import OfflineShell
 from ..store import MemoryStore
-from ..trace import TraceWriter, begin
+from ..trace import TraceWriter, begin, end
 
 
 def record(out: Path, messages: list[dict], questions: Iterable[str], config: Config, note: str,
@@ -40,7 +40,7 @@ def record(out: Path, messages: list[dict], questions: Iterable[str], config: Co
             setup(session, agent)
         for question in questions:
             agent.ask(question)
-        session.emit("session_end", turns=session.turn_count, **session.counters)
+        end(session)
         writer.close()
         home.journal.close(remove=True)
         return dict(session.counters)

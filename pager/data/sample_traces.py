@@ -181,7 +181,7 @@ def live_summaries(folder: Path, talk: list[dict]) -> dict:
     from ..offline import OfflineShell
     from ..search import label_time
     from ..store import MemoryStore
-    from ..trace import TraceWriter, begin
+    from ..trace import TraceWriter, begin, end
 
     path = Path(folder) / "live_summaries.jsonl"
     path.unlink(missing_ok=True)
@@ -207,7 +207,7 @@ def live_summaries(folder: Path, talk: list[dict]) -> dict:
             for i, question in enumerate(day):
                 now[0] = start + d * 86_400 + 60 * i
                 agent.ask(question)
-        session.emit("session_end", turns=session.turn_count, **session.counters)
+        end(session)
         writer.close()
         home.journal.close(remove=True)
         return {**session.counters, "summaries": len(session.summaries)}
