@@ -153,6 +153,7 @@ class Home:
         self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
         self._clashes: dict[tuple, tuple[int, bool]] = {}   # (session, segment) → (its size, numbered over?)
         self._lost: set[tuple[str, str]] = set()   # sessions whose unflushed records another home numbered over
+        self._held_back: set[tuple[str, str]] = set()   # sessions whose records wait for a lease another home took
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -494,6 +495,7 @@ class Home:
                     s.sync(locks[s])
                     plans[s] = s.number(drafts[s], locks[s].last_turn)
                 written = [s for s in order if plans[s][0]]
+                self._check_lease_time(written)
                 ops: list[dict] = []
                 for s in written:
                     locks[s].intend()
@@ -571,6 +573,7 @@ class Home:
                 if not op:
                     return
             ops = op if isinstance(op, list) else [op]
+            self._check_lease_time([session])
             lock.intend()
             try:
                 self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
@@ -582,11 +585,23 @@ class Home:
         may have written the session since this one last did: take in what the store holds. A dead
         process's ops of the session that waited for the lease are recovered now, before a new turn is
         numbered (after them)."""
-        if self.leases.ensure(s.user, s.name):
+        if self.leases.ensure(s.user, s.name) or s.key() in self._lost:
             self._check_not_lost(s)
             s.catch_up()
         if self._kept and self.waiting(s.key()):
             self._recover_kept(s, lock)
+
+    def _check_lease_time(self, sessions) -> None:
+        """Refuse, before anything is acknowledged, to number records under a lease that ran out between
+        the lease check and the journal write (a claim or a catch-up the store answered slowly, a stall):
+        another home may have taken the session and given the same numbers to its own records."""
+        if not self.leases.applies():
+            return
+        for s in sessions:
+            if self.leases.left(s.user, s.name) <= 0:
+                raise StoreError(f"session {s.name!r}: this home's lease ran out before the message was written "
+                                 f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
+                                 "nothing of it was accepted: send it again, or raise PAGER_LEASE_S for a slow store")
 
     def _check_not_lost(self, s) -> None:
         """This home just took a session's lease it had held before it lapsed (a stall, a network cut
@@ -707,7 +722,7 @@ class Home:
                 self.flushes += 1
                 if self.flushes % self.config.compact_every == 0:
                     self.store.compact(self.config.keep_versions_s)
-            if self.journal.written and not self._lost:
+            if self.journal.written and not self._lost and not self._held_back:
                 self.journal.rotate()
 
     def _write_parts(self, parts: dict) -> bool:
@@ -720,7 +735,20 @@ class Home:
                 # held since they were accepted; refused if it lapsed. Renewed now, so the store write
                 # has a whole lease to finish in before another home could take it over (and number over
                 # what is being written), not what was left of one renewed up to lease_s/3 ago
-                if self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0):
+                try:
+                    fresh = self.leases.ensure(s.user, s.name, touch=False, trust_s=0.0)
+                except LeaseHeld as exc:
+                    # lost while the store was away: another home writes it now. Its records wait in the
+                    # memory and the journal (kept) until the lease is this home's again; the other
+                    # sessions are flushed meanwhile (a refusal here stopped every session's flush)
+                    self._held_back.add(s.key())
+                    self.warn(f"the acknowledged records of session {s.name!r} not yet in the store wait in this "
+                              f"home's journal until it holds the session's lease again: {exc}")
+                    s.pending = part.merged(s.pending)
+                    del parts[s]
+                    continue
+                self._held_back.discard(s.key())
+                if fresh:
                     try:
                         self._check_not_lost(s)
                     except StoreError as exc:
@@ -751,8 +779,43 @@ class Home:
                 for s in sorted(self.sessions.values(), key=lambda s: (s.user, s.name)):
                     locks.enter_context(self.session_lock(s.user, s.name))
                 self.store.refresh()
-                self.store.put(batch)
+                if self.leases.applies():
+                    self.store.put(batch, fence=lambda: self._fence(parts))
+                    self._verify_written(parts)
+                else:
+                    self.store.put(batch)
         return bool(batch)
+
+    def _fence(self, parts: dict) -> None:
+        """Called by the store before each commit of a flush: refuse it once a lease of the sessions
+        written has run out by this home's clock (another home may have taken it since). The store has
+        no fencing token: a write that lands after the lease lapsed (the store away, this process stalled
+        between its lease check and the commit) may land beside another home's turns at the same
+        numbers, or in their place. Not closed: a commit sent in time that the network holds past the
+        lapse (see _verify_written for what is caught of it). No margin: on a store slower than a third
+        of the lease, a margin refused every flush."""
+        for s in [s for s, part in parts.items() if part]:
+            left = self.leases.left(s.user, s.name)
+            if left <= 0:
+                raise StoreError(f"session {s.name!r}: this home's lease ran out while its flush was under way "
+                                 f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
+                                 "nothing accepted is lost: it stays in the journal and is written when the lease is "
+                                 "held again; raise PAGER_LEASE_S for a slow store")
+
+    def _verify_written(self, parts: dict) -> None:
+        """After a flush: the store holds this home's turns at their numbers. Another home's may hold them
+        instead (a stale writer's landed first and this one's were taken for written, or this one's was
+        the stale write): the session's records are then kept in the journal as numbered over
+        (_check_not_lost), for the next process to store after the last ones, not dropped."""
+        for s, part in parts.items():
+            key = s.key()
+            ops = [{"op": "turn", **t.to_dict()} for t in part.turns if (t.user, t.session) == key]
+            if ops and key not in self._lost and self._contradicted(key, ops):
+                self._lost.add(key)
+                self.warn(f"session {s.name!r}: another home stored its own turns at numbers this home's flush "
+                          "also wrote (a write that outlasted its lease); this home's acknowledged records are kept "
+                          "in its journal and stored after the last ones when this home opens it next: restart "
+                          "this process (or run `pager migrate` once it has exited)")
 
     def _release_idle(self, keys: list[tuple[str, str]]) -> None:
         """Give up the leases of sessions this home has not written for lease_idle_s (called by the lease
@@ -1043,7 +1106,8 @@ class Home:
         # another live process of this home (every one holds a journal segment) shares the leases: they
         # stay, renewed by it for the sessions it writes, lapsing for the others
         others = self._live_others() if self.leases.held else []
-        self.journal.close(remove=not self._lost)   # records numbered over are recovered by the next process
+        # records numbered over, or waiting for a lease another home holds, are recovered by the next process
+        self.journal.close(remove=not self._lost and not self._held_back)
         if others:
             self.leases.stop()
         else:

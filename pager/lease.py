@@ -27,6 +27,10 @@ its next flush or idle round (Home.recover_dead), else on restart.
 
 Expiry compares the claimant's clock with the holder's: hosts need clocks that agree to well
 within lease_s (NTP does).
+
+The store's writes carry no fencing token, so a home fences itself by its own clock: nothing is
+acknowledged (Home._check_lease_time) and no flush commits (Home._fence) once its lease has run out,
+and after a flush it checks that the store holds its turns at their numbers (Home._verify_written).
 """
 
 from __future__ import annotations
@@ -127,6 +131,12 @@ class Leases:
             if left <= 0:
                 raise LeaseHeld(self.refusal(session, other, self.wait_s if wait else 0.0))
             time.sleep(min(left, self.POLL_S))
+
+    def left(self, user: str, session: str) -> float:
+        """Seconds this home's lease of the session has left by its own clock (0 when it holds none)."""
+        with self._mutex:
+            renewed = self.held.get((user, session))
+        return 0.0 if renewed is None else renewed + self.lease_s - self.clock()
 
     def refusal(self, session: str, entry: dict, waited: float = 0.0) -> str:
         now = self.clock()

@@ -24,7 +24,7 @@ import time
 import warnings
 import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class Batch:
 
 
 class Store(Protocol):
-    def put(self, batch: Batch) -> None: ...
+    def put(self, batch: Batch, fence: Callable[[], None] | None = None) -> None: ...
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]: ...
     def turn_count(self, user: str, session: str) -> int: ...
     def keys(self, user: str, session: str) -> dict[str, int]: ...
@@ -103,8 +103,8 @@ class MemoryStore:
         self._summaries: dict[tuple[str, str], dict[int, Summary]] = {}
         self.writes = 0
 
-    def put(self, batch: Batch) -> None:
-        self.writes += 1
+    def put(self, batch: Batch, fence: Callable[[], None] | None = None) -> None:
+        self.writes += 1   # one process's alone: no lease to fence
         for t in batch.turns:
             self._turns.setdefault((t.user, t.session), {}).setdefault(t.turn, t)
         for page, vector in zip(batch.pages, batch.vectors):
@@ -400,10 +400,12 @@ class LanceStore:
         return list(getattr(result, "tables", result))
 
     # -- writes ---------------------------------------------------------------------------------
-    def put(self, batch: Batch) -> None:
+    def put(self, batch: Batch, fence: Callable[[], None] | None = None) -> None:
         """Append what is new. Callers hold the sessions' locks (pager.home), so checking which keys
         exist and then appending cannot race another local writer; a plain append is one new fragment,
-        where a merge would join against the whole table."""
+        where a merge would join against the whole table. fence() is called before each commit and
+        raises to stop the write (a writer whose lease ran out: Home._fence)."""
+        fence = fence or (lambda: None)
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
         # the page table first: a reader that sees a session's turns also sees how its pages are cut
@@ -414,25 +416,27 @@ class LanceStore:
             rows = [{"user": u, "session": s, "state": json.dumps(v), "ts": now} for (u, s), v in batch.states.items()]
             data = pa.Table.from_pylist(rows, schema=self._schemas()["states"])
             table = self._tables["states"]
+            fence()
             self._retry(lambda: table.merge_insert(["user", "session"]).when_matched_update_all()
                         .when_not_matched_insert_all().execute(data), table=table)
         if batch.turns:
-            self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns])
+            self._append_new("turns", "turn", [_turn_row(t) for t in batch.turns], fence)
         if batch.pages:
-            self._append_new("pages", "n", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)])
+            self._append_new("pages", "n", [_page_row(p, v) for p, v in zip(batch.pages, batch.vectors)], fence)
         if batch.bookmarks:
             self._append_new("bookmarks", "uid", [
                 {"user": u, "session": s, "uid": b.uid, "keywords": list(b.keywords), "pages": list(b.pages),
-                 "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks])
+                 "note": b.note, "source": b.source, "ts": b.ts} for u, s, b in batch.bookmarks], fence)
         if batch.changes:
-            self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes])
+            self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes],
+                             fence)
         if batch.facts:
-            self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts])
+            self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts], fence)
         if batch.summaries:
             self._append_new("summaries", "n", [{"user": u, "session": s, **summary_record(x)}
-                                                for u, s, x in batch.summaries])
+                                                for u, s, x in batch.summaries], fence)
 
-    def _append_new(self, name: str, key: str, rows: list[dict]) -> None:
+    def _append_new(self, name: str, key: str, rows: list[dict], fence: Callable[[], None] = lambda: None) -> None:
         import pyarrow as pa
         from lancedb.expr import col, lit
 
@@ -450,6 +454,7 @@ class LanceStore:
         unique = list({(r["user"], r["session"], r[key]): r for r in fresh}.values())
         if unique:
             data = pa.Table.from_pylist(unique, schema=self._schemas()[name])
+            fence()   # after the reads: a stall in them counts
             self._retry(lambda: self._tables[name].add(data), table=self._tables[name])
 
     @staticmethod

@@ -180,7 +180,7 @@ class _Bulk:
     def dim(self) -> int:
         return self.store.dim
 
-    def put(self, batch: Batch) -> None:
+    def put(self, batch: Batch, fence=None) -> None:
         self.batch.turns += batch.turns
         self.batch.pages += batch.pages
         self.batch.vectors += batch.vectors

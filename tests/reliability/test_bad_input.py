@@ -84,7 +84,7 @@ def test_a_store_that_refuses_a_flush_keeps_everything_for_later(tmp_path, monke
     s.events.listeners.append(events.append)
     real_put = home.store.put
 
-    def refuse(batch):
+    def refuse(batch, fence=None):
         raise StoreError("the store refused a write (No space left on device); free disk space")
 
     monkeypatch.setattr(home.store, "put", refuse)

@@ -285,7 +285,7 @@ def test_a_retry_after_the_store_refused_adds_nothing_twice(cfg, monkeypatch):
 
     lines = keyed([{"speaker": "ann", "text": f"imported {i}"} for i in range(40)])
     h = home(cfg)
-    monkeypatch.setattr(h.store, "put", lambda batch: (_ for _ in ()).throw(StoreError("read-only store")))
+    monkeypatch.setattr(h.store, "put", lambda batch, fence=None: (_ for _ in ()).throw(StoreError("read-only store")))
     h.open("s").append_many(lines)
     with pytest.raises(StoreError):
         h.close()  # the user sees an error and runs the import again
