@@ -263,3 +263,25 @@ def test_no_tool_makes_a_session_whose_name_serve_could_not_reach(tmp_path):
         with pytest.raises(InputError, match='must not contain "/"'):
             session.append("ann", "hello")
         assert home.store.sessions() == [] and session.turn_count == 0
+
+
+def test_mcp_reads_a_null_argument_as_sent_not_as_a_missing_one(toolkit):
+    """A null used to reach the tool as an absent argument: a required one was "missing", an optional one
+    silently took its default. Both now get the dispatcher's answer, as the Python API and function calls do."""
+    from mcp import Client
+
+    from pager.tools.mcp_server import build
+
+    async def main():
+        async with Client(build(toolkit)) as client:
+            required = await client.call_tool("remember", {"text": None})
+            optional = await client.call_tool("search", {"query": "x", "k": None})
+            nullable_fine = await client.call_tool("remember", {"text": "kept", "speaker": "maya"})
+            return required, optional, nullable_fine
+
+    required, optional, fine = asyncio.run(main())
+    direct = toolkit.run("remember", {"text": None})
+    assert required.is_error and required.content[0].text == direct[0]
+    assert "missing" not in required.content[0].text and "text" in required.content[0].text
+    assert optional.is_error and optional.content[0].text == toolkit.run("search", {"query": "x", "k": None})[0]
+    assert not fine.is_error and toolkit.session.turn_count == 1   # the refused calls stored nothing

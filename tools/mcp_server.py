@@ -49,8 +49,16 @@ def build(toolkit: Toolkit):
         async def run(self, arguments, context, convert_result=False):
             if UNREADABLE in (arguments or {}):
                 raise ToolError(str(arguments[UNREADABLE]))
-            if set(arguments or {}) - set(self.parameters.get("properties", {})):
-                raise ToolError(toolkit.run(self.name, arguments)[0])   # the dispatcher's refusal, word for word
+            unnamed = set(arguments or {}) - set(self.parameters.get("properties", {}))
+            if unnamed or None in (arguments or {}).values():
+                # the signature drops what it does not name and takes a null for an absent argument (a
+                # required one was "missing"): the dispatcher reads them as sent, as the Python API does
+                import anyio
+
+                text, ok = await anyio.to_thread.run_sync(toolkit.run, self.name, arguments)
+                if not ok:
+                    raise ToolError(text)
+                return self.fn_metadata.convert_result(text) if convert_result else text
             return await super().run(arguments, context, convert_result)
 
     from pager import __version__
