@@ -551,6 +551,10 @@ def check(
         # the open tail is a page (DESIGN.md: "the session's open tail page"), counted as `pager inspect` does
         pages = report.pages + (1 if report.tail_turns else 0)
         tail = f" (the last the open tail, {_many(report.tail_turns, 'turn')})" if report.tail_turns else ""
+        if report.journal_turns:   # not on any stored page yet: counted apart, not as one long open tail
+            tail += (f", and {_many(report.journal_turns, 'turn')} only in this home's journal (a live process "
+                     "flushes them; a dead one's go to the store with the next command that writes here, "
+                     "such as `pager migrate`)")
         of_user = f" of user {user!r}" if every and user else ""
         typer.echo(f"session {report.session!r}{of_user}: {_many(report.turns, 'turn')}, {_many(pages, 'page')}{tail}: "
                    + ("ok" if report.ok else "PROBLEMS"))

@@ -19,7 +19,8 @@ class Report:
     session: str
     turns: int = 0
     pages: int = 0
-    tail_turns: int = 0
+    tail_turns: int = 0      # stored after the last sealed page
+    journal_turns: int = 0   # held by a journal of the home only: not in the store yet
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -31,8 +32,10 @@ NUMBERED_OVER = ("; if a process of this home died holding the second, another h
                  "any command that writes from this home (`pager migrate`) recovers it, kept after the last turn")
 
 
-def durable_turns(home, user: str, session: str, problems: list[str] | None = None, after: int = 0) -> list[Turn]:
-    """Every turn of the session (after turn `after`) the store or a journal holds, by number (one each)."""
+def durable_turns(home, user: str, session: str, problems: list[str] | None = None, after: int = 0,
+                  journal_only: set[int] | None = None) -> list[Turn]:
+    """Every turn of the session (after turn `after`) the store or a journal holds, by number (one each);
+    the numbers only a journal holds are added to `journal_only`."""
     problems = [] if problems is None else problems
     home.store.refresh()
     by_number: dict[int, Turn] = {}
@@ -47,6 +50,8 @@ def durable_turns(home, user: str, session: str, problems: list[str] | None = No
         if t.turn <= after:
             continue
         known = by_number.setdefault(t.turn, t)
+        if known is t and journal_only is not None:
+            journal_only.add(t.turn)
         if (known.text, known.speaker) != (t.text, t.speaker):
             problems.append(f"turn {t.turn} means two messages: {_short(known.text)!r} and {_short(t.text)!r}"
                             f"{NUMBERED_OVER}")
@@ -56,7 +61,8 @@ def durable_turns(home, user: str, session: str, problems: list[str] | None = No
 def check(home, user: str, session: str) -> Report:
     report = Report(session)
     problems = report.problems
-    turns = durable_turns(home, user, session, problems)
+    unflushed: set[int] = set()
+    turns = durable_turns(home, user, session, problems, journal_only=unflushed)
     report.turns = len(turns)
     numbers = [t.turn for t in turns]
     if numbers != list(range(1, len(turns) + 1)):
@@ -81,7 +87,9 @@ def check(home, user: str, session: str) -> Report:
             if not page.piece_text(i).endswith(t.text[start:end]):
                 problems.append(f"{page.id} piece {i} does not hold turn {turn}'s text [{start}:{end}]")
             expect_turn, expect_start = (turn, end) if end < len(t.text) else (turn + 1, 0)
-    report.tail_turns = max(0, len(turns) - expect_turn + 1)
+    # a process flushes its journal's turns in batches, and a dead one's wait for the next process that writes
+    report.journal_turns = len(unflushed)
+    report.tail_turns = max(0, len(turns) - expect_turn + 1 - report.journal_turns)
     return report
 
 

@@ -186,6 +186,32 @@ def test_bare_check_checks_every_session_and_counts_pages_as_inspect_does(tmp_pa
     assert f"61 turns, {pages} pages" in line, (line, pages)   # the open tail is a page in both
 
 
+def test_check_counts_turns_only_a_journal_holds_apart_from_the_open_tail(tmp_path):
+    """Turns a process has acknowledged and not yet flushed (a live one's, or a dead one's before the next
+    writer recovers them) are on no stored page: check said "N pages (the last the open tail, 870 turns)"
+    where inspect, which packs them, said hundreds of pages more."""
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    home = tmp_path / "h"
+    cfg = Config(home=home, session="s", embedder="hash", flush_turns=10**6)
+    with Home(cfg, embedder=HashEmbedder()) as h:
+        s = h.open("s")
+        s.append_many([{"speaker": "ann", "text": f"stored line {i} about topic {i % 5}"} for i in range(40)])
+        h.flush()
+        s.append_many([{"speaker": "ann", "text": f"journal line {i} about lunch and the weather"} for i in range(300)])
+        result = runner.invoke(app, ["--home", str(home), "check", "-s", "s"], env={"PAGER_EMBEDDER": "hash"})
+        stored_pages = len(h.store.pages("", "s", with_vectors=False)[0])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip().splitlines()[0]
+    assert line.startswith("session 's': 340 turns, "), line
+    assert "300 turns only in this home's journal" in line and line.endswith("ok"), line
+    tail = re.search(r"the open tail, (\d+) turns?\)", line)
+    assert tail is None or int(tail.group(1)) < 40, line   # the stored tail only, not the journal's 300
+    assert f"{stored_pages + (tail is not None)} pages" in line, (line, stored_pages)
+
+
 def test_a_budget_from_the_environment_is_named_and_one_line_gets_no_rate(tmp_path):
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps({"speaker": "ann", "text": "hello there"}) + "\n")
