@@ -489,13 +489,17 @@ class Home:
         with self._mutex:
             with ExitStack() as stack:
                 locks = {s: stack.enter_context(self.session_lock(s.user, s.name)) for s in order}
-                plans = {}
-                for s in order:
-                    self._lease(s, locks[s])
-                    s.sync(locks[s])
-                    plans[s] = s.number(drafts[s], locks[s].last_turn)
-                written = [s for s in order if plans[s][0]]
-                self._check_lease_time(written)
+                for _ in range(self.PLAN_TRIES):   # planned again under a lease taken again (_lease_lapsed)
+                    plans = {}
+                    for s in order:
+                        self._lease(s, locks[s])
+                        s.sync(locks[s])
+                        plans[s] = s.number(drafts[s], locks[s].last_turn)
+                    written = [s for s in order if plans[s][0]]
+                    if not self._lease_lapsed(written):
+                        break
+                else:
+                    self._refuse_lapsed(written)
                 ops: list[dict] = []
                 for s in written:
                     locks[s].intend()
@@ -566,14 +570,19 @@ class Home:
         self._check_open()
         check_new_name(session)
         with self._mutex, self.session_lock(session.user, session.name) as lock:
-            self._lease(session, lock)
-            if callable(op):
-                session.sync(lock)
-                op = op()
-                if not op:
-                    return
-            ops = op if isinstance(op, list) else [op]
-            self._check_lease_time([session])
+            for _ in range(self.PLAN_TRIES):   # built again under a lease taken again (_lease_lapsed)
+                self._lease(session, lock)
+                built = op
+                if callable(op):
+                    session.sync(lock)
+                    built = op()
+                    if not built:
+                        return
+                if not self._lease_lapsed([session]):
+                    break
+            else:
+                self._refuse_lapsed([session])
+            ops = built if isinstance(built, list) else [built]
             lock.intend()
             try:
                 self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
@@ -591,12 +600,16 @@ class Home:
         if self._kept and self.waiting(s.key()):
             self._recover_kept(s, lock)
 
-    def _check_lease_time(self, sessions) -> None:
-        """Refuse, before anything is acknowledged, to number records under a lease that ran out between
-        the lease check and the journal write (a claim or a catch-up the store answered slowly, a stall):
-        another home may have taken the session and given the same numbers to its own records."""
-        if not self.leases.applies():
-            return
+    PLAN_TRIES = 3   # numberings of one write under a lease taken again before it is refused (_lease_lapsed)
+
+    def _lease_lapsed(self, sessions) -> bool:
+        """Whether a lease ran out between the lease check and the journal write (a claim or a catch-up the
+        store answered slowly, a stall): records numbered under it may clash with another home's, which
+        may have taken the session meanwhile. Nothing is written yet: the caller takes the lease again
+        (and what another home wrote meanwhile) and numbers again, or refuses (_refuse_lapsed)."""
+        return self.leases.applies() and any(self.leases.left(s.user, s.name) <= 0 for s in sessions)
+
+    def _refuse_lapsed(self, sessions) -> None:
         for s in sessions:
             if self.leases.left(s.user, s.name) <= 0:
                 raise StoreError(f"session {s.name!r}: this home's lease ran out before the message was written "

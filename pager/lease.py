@@ -29,7 +29,7 @@ Expiry compares the claimant's clock with the holder's: hosts need clocks that a
 within lease_s (NTP does).
 
 The store's writes carry no fencing token, so a home fences itself by its own clock: nothing is
-acknowledged (Home._check_lease_time) and no flush commits (Home._fence) once its lease has run out,
+acknowledged (Home._lease_lapsed) and no flush commits (Home._fence) once its lease has run out,
 and after a flush it checks that the store holds its turns at their numbers (Home._verify_written).
 """
 

@@ -823,6 +823,7 @@ class Session:
         made: list[Change] = []
 
         def change() -> dict | None:  # built under the session's lock, after sync
+            made.clear()   # built again when the lease ran out meanwhile (Home.journal_op)
             self._take_state([], store=True)
             held = self.state.current.get(key)
             if (held.value if held else "") == value:
@@ -876,6 +877,7 @@ class Session:
         made: list[Fact] = []
 
         def ops() -> list[dict]:  # numbered under the session's lock, after the facts other processes made
+            made.clear()   # built again when the lease ran out meanwhile (Home.journal_op)
             self._take_facts([], store=True)
             for d in drafts:
                 turns = tuple(t for t in d.turns if t in turn_pages)
@@ -952,6 +954,7 @@ class Session:
         made: list[Summary] = []
 
         def ops() -> list[dict]:  # numbered under the session's lock, after the summaries other processes made
+            made.clear()   # built again when the lease ran out meanwhile (Home.journal_op)
             self._take_summaries([], store=True)
             versions: dict[str, int] = {}
             for d in drafts:
