@@ -278,7 +278,7 @@ class Home:
 
     def exists(self, user: str, session: str) -> bool:
         """Whether the session holds anything, in the store or in a journal."""
-        if self.store.turn_count(user, session):
+        if self.store.turn_count(user, session) or self.store.state_changes(user, session):
             return True
         return any(op["user"] == user and op["session"] == session for op in self.journal.read_new({}))
 
@@ -428,7 +428,8 @@ class Home:
         path, db = self._listing_path(), Path(self.config.db_uri.removeprefix("file://"))
         try:
             written = path.stat().st_mtime_ns
-            if any((db / f"{t}.lance" / "_versions").stat().st_mtime_ns > written for t in ("turns", "pages")):
+            if any((db / f"{t}.lance" / "_versions").stat().st_mtime_ns > written
+                   for t in ("turns", "pages", "state_changes")):
                 return None
             listing = self._listing()
             if listing is None:
@@ -461,7 +462,7 @@ class Home:
         rows = {(r["user"], r["session"]): r for r in listing}
         for s in sessions:
             counts = _lock_counts(self._lock_path(s.user, s.name))
-            if s.turn_count and counts is not None and counts[0] == s.turn_count and not counts[2]:
+            if (s.turn_count or s.state.changes) and counts is not None and counts[0] == s.turn_count and not counts[2]:
                 rows[s.key()] = {"user": s.user, "session": s.name, "turns": s.turn_count, "pages": s.page_count,
                                  "counts": counts}
         path = self._listing_path()

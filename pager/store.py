@@ -153,7 +153,7 @@ class MemoryStore:
         return [rows[k] for k in sorted(rows) if k > after]
 
     def sessions(self) -> list[dict]:
-        keys = set(self._turns) | set(self._pages)
+        keys = set(self._turns) | set(self._pages) | set(self._changes)   # a session may hold only a working state
         return [
             {"user": u, "session": s, "turns": self.turn_count(u, s), "pages": len(self._pages.get((u, s), {})),
              "sealed_to": max((p.last_turn for p, _ in self._pages.get((u, s), {}).values()), default=0)}
@@ -582,6 +582,11 @@ class LanceStore:
         for r in pages:
             d = out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0})
             d["pages"], d["sealed_to"] = r["n_count"], r["last_turn_max"]
+        if "state_changes" in self._tables:   # a session may hold only a working state, set before any turn
+            for r in (self._tables["state_changes"].search().select(["user", "session"]).limit(None).to_arrow()
+                      .group_by(["user", "session"]).aggregate([]).to_pylist()):
+                out.setdefault((r["user"], r["session"]), {"user": r["user"], "session": r["session"], "turns": 0,
+                                                           "pages": 0, "sealed_to": 0})
         return [out[k] for k in sorted(out)]
 
     # -- upkeep ---------------------------------------------------------------------------------

@@ -212,6 +212,31 @@ def test_check_counts_turns_only_a_journal_holds_apart_from_the_open_tail(tmp_pa
     assert f"{stored_pages + (tail is not None)} pages" in line, (line, stored_pages)
 
 
+def test_a_session_holding_only_a_working_state_is_listed_inspected_and_checked(tmp_path):
+    """A state set through the library before any turn is kept, but no command admitted the session:
+    `pager sessions` listed nothing and `inspect`, `search` and `check` said there was no such session."""
+    from pager.config import Config
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    home, env = tmp_path / "h", {"PAGER_EMBEDDER": "hash"}
+    with Home(Config(home=home, embedder="hash"), embedder=HashEmbedder()) as h:
+        h.open("prefs").set_state("diet", "vegetarian")
+        h.open("talk").append("ann", "a turn of another session")
+    for _ in range(2):   # from the store, then from the listing cache the first listing may leave
+        listed = runner.invoke(app, ["--home", str(home), "sessions", "--json"], env=env)
+        assert listed.exit_code == 0, listed.output
+        assert {(r["session"], r["turns"]) for r in json.loads(listed.output)["sessions"]} == {("prefs", 0), ("talk", 1)}
+    shown = runner.invoke(app, ["--home", str(home), "inspect", "-s", "prefs", "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    found = runner.invoke(app, ["--home", str(home), "search", "diet", "-s", "prefs"], env=env)
+    assert found.exit_code == 0 and "vegetarian" in found.output, found.output
+    checked = runner.invoke(app, ["--home", str(home), "check", "-s", "prefs"], env=env)
+    assert checked.exit_code == 0 and checked.output.strip().endswith("ok"), checked.output
+    missing = runner.invoke(app, ["--home", str(home), "inspect", "-s", "nothing"], env=env)
+    assert missing.exit_code != 0 and "no session 'nothing'" in missing.output, missing.output
+
+
 def test_a_budget_from_the_environment_is_named_and_one_line_gets_no_rate(tmp_path):
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps({"speaker": "ann", "text": "hello there"}) + "\n")
