@@ -94,6 +94,7 @@ class Session:
         self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
         self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens): count_turns
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
+        self._marks_in: list[bm.Bookmark] = []   # bookmarks other processes made, taken in since the open
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
@@ -487,9 +488,7 @@ class Session:
             self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
             if not self.home.waiting(self.key()):   # else the lock counts a dead process's turns, still to recover
                 self._skip_missing(last)
-        for op in ops:
-            if op["op"] == "bookmark":
-                self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
+        self._take_marks([bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"])
         self._take_state([Change.from_record(op) for op in ops if op["op"] == "state"])
         facts = [fact_from(op) for op in ops if op["op"] == "fact"]
         if facts:
@@ -499,6 +498,17 @@ class Session:
             self._take_summaries(summaries)
         self._embed_pending()
         self.generation = generation
+
+    def _take_marks(self, marks: list[bm.Bookmark]) -> None:
+        """Bookmarks other processes made (from their journals, the store, or a dead process's segment),
+        placed as their maker and every process opening the session from the store place them (a model's
+        or a user's ahead of a page's own keywords), each new one an input event replay feeds back."""
+        for mark in marks:
+            if mark.uid and mark.uid in self.directory.uids:
+                continue
+            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+            self._marks_in.append(mark)
+            self.emit("bookmark_in", **mark.to_dict())
 
     def _settle_stored(self) -> None:
         """Before the first turns read from the store: the settings another home stored with them, when
@@ -525,9 +535,8 @@ class Session:
         self._settle_stored()
         self._take(store.turns(self.user, self.name, after=self.turn_count), announce="other process")
         self._embed_pending()
-        for mark in store.bookmarks(self.user, self.name):
-            if mark.uid:   # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
-                self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+        # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
+        self._take_marks([mark for mark in store.bookmarks(self.user, self.name) if mark.uid])
         self._take_state([], store=True, refreshed=True)
         self._take_facts([], store=True, refreshed=True)
         self._take_summaries([], store=True, refreshed=True)
@@ -541,12 +550,11 @@ class Session:
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self.pending.turns += turns  # the store keeps each turn once, whoever writes it
         self._take(turns)
+        marks = [bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"]
+        self.pending.bookmarks += [(self.user, self.name, mark) for mark in marks]
+        self._take_marks(marks)
         for op in ops:
-            if op["op"] == "bookmark":
-                mark = bm.Bookmark.from_dict(op)
-                self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
-                self.pending.bookmarks.append((self.user, self.name, mark))
-            elif op["op"] == "pin" and op["page"] in self.table:
+            if op["op"] == "pin" and op["page"] in self.table:
                 self.table[op["page"]].pinned = op["pinned"]
         changes = [Change.from_record(op) for op in ops if op["op"] == "state"]
         self.pending.changes += [(self.user, self.name, c) for c in changes]  # kept once, whoever writes it
