@@ -574,11 +574,14 @@ class Home:
                     return
             ops = op if isinstance(op, list) else [op]
             self._check_lease_time([session])
+            synced = session.generation == lock.generation   # it has read every op of the others
             lock.intend()
             try:
                 self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
             finally:
                 lock.advance(lock.last_turn, len(ops))
+            if synced:   # its own ops are no one else's to read (Session.sync counts those it reads)
+                session.generation = lock.generation
 
     def _lease(self, s, lock: SessionLock) -> None:
         """Hold the session's lease (pager.lease) before writing it; when it was just taken, another home
@@ -1087,15 +1090,20 @@ class Home:
     def close(self) -> None:
         if self._closed:
             return
+        if self._writer is not None and not self.read_only:   # a model this home used: each session's pages
+            for s in list(self.sessions.values()):            # sealed since its last batch
+                s.write_rest()
         if self._early is not None:   # idle: accept waits for what it hands over
             if self._early_pid == os.getpid():
                 self._early.shutdown()
             self._early = None
-        with self._mutex:
-            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         if self.read_only:
+            with self._mutex:
+                self._closing = True
             self._closed = True
             return
+        with self._mutex:
+            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         try:
             self.flush()
         except Exception:
