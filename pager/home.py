@@ -1090,9 +1090,6 @@ class Home:
     def close(self) -> None:
         if self._closed:
             return
-        if self._writer is not None and not self.read_only:   # a model this home used: each session's pages
-            for s in list(self.sessions.values()):            # sealed since its last batch
-                s.write_rest()
         if self._early is not None:   # idle: accept waits for what it hands over
             if self._early_pid == os.getpid():
                 self._early.shutdown()
