@@ -233,8 +233,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
                     printer.trace_failed = True
                     console.print(f"[red]the trace stopped[/]: {escape(writer.error)}; memory itself is unaffected",
                                   highlight=False)
-            if session.unwritten and home.writer:  # the last pages, fewer than a batch
-                session.write_bookmarks(force=True)
+            session.write_rest()   # the last pages, fewer than a batch
         finally:
             end(session)
             writer.close()

@@ -185,6 +185,7 @@ class Engine:
         """End the session's trace, write what it holds to the store and let it go from memory."""
         s = self.home.sessions.get((tenant, name))
         if s is not None:
+            s.write_rest()   # the pages it sealed since the model's last full batch: no one else names them
             self._end_trace(s)
             self.home.unload(tenant, name)   # if the store refuses, the session stays open (and listed)
             self.closed += 1
@@ -225,6 +226,8 @@ class Engine:
 
     def close(self) -> None:
         with self.lock:
+            for open_session in list(self.home.sessions.values()):   # before their traces end: in them
+                open_session.write_rest()
             for key in list(self._traces):
                 s = self.home.sessions.get(key)
                 if s is not None:

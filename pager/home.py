@@ -584,11 +584,14 @@ class Home:
             else:
                 self._refuse_lapsed([session])
             ops = built if isinstance(built, list) else [built]
+            synced = session.generation == lock.generation   # it has read every op of the others
             lock.intend()
             try:
                 self.journal.append([{**o, "user": session.user, "session": session.name} for o in ops])
             finally:
                 lock.advance(lock.last_turn, len(ops))
+            if synced:   # its own ops are no one else's to read (Session.sync counts those it reads)
+                session.generation = lock.generation
 
     def _lease(self, s, lock: SessionLock) -> None:
         """Hold the session's lease (pager.lease) before writing it; when it was just taken, another home
@@ -1105,11 +1108,13 @@ class Home:
             if self._early_pid == os.getpid():
                 self._early.shutdown()
             self._early = None
-        with self._mutex:
-            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         if self.read_only:
+            with self._mutex:
+                self._closing = True
             self._closed = True
             return
+        with self._mutex:
+            self._closing = True  # the lease thread gives nothing up from here on: close releases all
         try:
             self.flush()
         except Exception:

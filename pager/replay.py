@@ -36,7 +36,7 @@ from .writer import Written
 # these back and recomputes everything else
 INPUTS = {"session_start", "snapshot", "append", "user", "command", "external_call", "bookmarks_written",
           "writer_error", "state_in", "facts_written", "memory_error", "fact_in", "state_written",
-          "memory_rejected", "summaries_written", "summary_in"}
+          "memory_rejected", "summaries_written", "summary_in", "bookmark_in"}
 IGNORED = {"note", "session_start", "session_end"}
 VOLATILE = {"ts", "seq", "v", "retries"}
 
@@ -375,7 +375,7 @@ def _feed(recorded, session, agent_factory, checker, run, check, policy, clock, 
                 return
 
 
-OTHERS = {"summary_in", "fact_in", "state_in"}   # with an `append` whose origin is not "input"
+OTHERS = {"summary_in", "fact_in", "state_in", "bookmark_in"}   # with an `append` whose origin is not "input"
 
 
 def _from_other(event: dict) -> bool:
@@ -393,6 +393,8 @@ def _take_other(session, event: dict) -> None:
         session._keep_facts([fact_from(event)], event="")
     elif kind == "state_in":
         session.state.take([_change(event)])
+    elif kind == "bookmark_in":
+        session._take_marks([Bookmark.from_dict(event)])
 
 
 class _Early:

@@ -418,7 +418,8 @@ class Server:
                 raise RequestError(f"no session {name!r}; a session begins with its first turn: POST /sessions/"
                                    f"{quote(name, safe='')}/turns (or a chat completion), then set its state",
                                    404, "not_found_error", "session_not_found")
-            s = self.engine.open(tenant, name, trace=True)
+            self.engine.open(tenant, name, trace=True)
+            s = self.engine.read(tenant, name)   # what other processes and homes set since: the key may be theirs
             if tool == "state_unset" and key not in s.state.current:
                 raise RequestError(f"the state has no key {key!r}", 404, "not_found_error", "state_key_not_found")
             s.emit("external_call", name=tool, arguments=arguments)

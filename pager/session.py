@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from . import bookmarks as bm
-from .errors import BudgetError, InputError, KeyReused, PageNotFound, StoreError
+from .errors import BudgetError, InputError, KeyReused, PageNotFound, PagerError, StoreError
 from .formats import MAX_TS
 from .frames import Frames
 from .page import Packer, Page, Turn, page_id, parse_page_id
@@ -94,6 +94,7 @@ class Session:
         self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
         self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens): count_turns
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
+        self._marks_in: list[bm.Bookmark] = []   # bookmarks other processes made, taken in since the open
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
         self.in_use: set[int] = set()   # pages referenced for the current message; evicted last
@@ -478,18 +479,22 @@ class Session:
         for op in ops:
             if op["op"] == "settings":
                 self.settle(op["page_tokens"], op["encoding"])
+        read = sum(op["op"] != "settings" for op in ops)
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self._take(turns, announce="other process")
         last = max([last] + [t.turn for t in turns])
-        if self.turn_count < last:
+        refreshed = self.turn_count < last
+        if refreshed:
             self.home.store.refresh()
             self._settle_stored()
-            self._take(self.home.store.turns(self.user, self.name, after=self.turn_count), announce="other process")
+            read += len(self._take(self.home.store.turns(self.user, self.name, after=self.turn_count),
+                                   announce="other process"))
             if not self.home.waiting(self.key()):   # else the lock counts a dead process's turns, still to recover
                 self._skip_missing(last)
-        for op in ops:
-            if op["op"] == "bookmark":
-                self.directory.add(op["keywords"], op["pages"], op.get("note", ""), op.get("uid", ""))
+        # the lock counts every op written; fewer read here means some (a state change, a fact, …) were
+        # flushed out of segments this process had not read (their process closed meanwhile): the store has them
+        missed = self.generation >= 0 and generation - self.generation > read
+        self._take_marks([bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"])
         self._take_state([Change.from_record(op) for op in ops if op["op"] == "state"])
         facts = [fact_from(op) for op in ops if op["op"] == "fact"]
         if facts:
@@ -497,8 +502,21 @@ class Session:
         summaries = [summary_from(op) for op in ops if op["op"] == "summary"]
         if summaries:
             self._take_summaries(summaries)
+        if missed:
+            self._take_stored_tiers(refreshed)
         self._embed_pending()
         self.generation = generation
+
+    def _take_marks(self, marks: list[bm.Bookmark]) -> None:
+        """Bookmarks other processes made (from their journals, the store, or a dead process's segment),
+        placed as their maker and every process opening the session from the store place them (a model's
+        or a user's ahead of a page's own keywords), each new one an input event replay feeds back."""
+        for mark in marks:
+            if mark.uid and mark.uid in self.directory.uids:
+                continue
+            self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+            self._marks_in.append(mark)
+            self.emit("bookmark_in", **mark.to_dict())
 
     def _settle_stored(self) -> None:
         """Before the first turns read from the store: the settings another home stored with them, when
@@ -525,9 +543,16 @@ class Session:
         self._settle_stored()
         self._take(store.turns(self.user, self.name, after=self.turn_count), announce="other process")
         self._embed_pending()
-        for mark in store.bookmarks(self.user, self.name):
-            if mark.uid:   # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
-                self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
+        self._take_stored_tiers(refreshed=True)
+
+    def _take_stored_tiers(self, refreshed: bool = False) -> None:
+        """The bookmarks, state changes, facts and summaries other processes flushed to the store that this
+        one has not taken in (their journal segments went before it read them, or another home wrote them)."""
+        store = self.home.store
+        if not refreshed:
+            store.refresh()
+        # known ones are skipped by uid (a bookmark of release 0.1 has none: read at open)
+        self._take_marks([mark for mark in store.bookmarks(self.user, self.name) if mark.uid])
         self._take_state([], store=True, refreshed=True)
         self._take_facts([], store=True, refreshed=True)
         self._take_summaries([], store=True, refreshed=True)
@@ -541,12 +566,11 @@ class Session:
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self.pending.turns += turns  # the store keeps each turn once, whoever writes it
         self._take(turns)
+        marks = [bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"]
+        self.pending.bookmarks += [(self.user, self.name, mark) for mark in marks]
+        self._take_marks(marks)
         for op in ops:
-            if op["op"] == "bookmark":
-                mark = bm.Bookmark.from_dict(op)
-                self.directory.add(mark.keywords, mark.pages, mark.note, mark.uid)
-                self.pending.bookmarks.append((self.user, self.name, mark))
-            elif op["op"] == "pin" and op["page"] in self.table:
+            if op["op"] == "pin" and op["page"] in self.table:
                 self.table[op["page"]].pinned = op["pinned"]
         changes = [Change.from_record(op) for op in ops if op["op"] == "state"]
         self.pending.changes += [(self.user, self.name, c) for c in changes]  # kept once, whoever writes it
@@ -779,6 +803,25 @@ class Session:
                 self.apply_memory(answer, batch)
             written += marks
         return written
+
+    def write_rest(self) -> None:
+        """Have the bookmark or memory model name the pages this process sealed since its last full batch
+        (fewer than a batch): what a session does before it is let go (the end of `pager chat`, a
+        Toolkit's close, `pager serve` closing a session; your own loop over `Agent`, before its trace
+        ends and the home closes, which calls no model). No other process
+        names them: each names the pages it seals. A write the store or the lease refuses is said once
+        and is an event, like a failing model: the turns are durable and stay."""
+        if not self.unwritten or self.home.writer is None:
+            return
+        pages = list(self.unwritten)
+        try:
+            self.write_bookmarks(force=True)
+        except PagerError as exc:
+            error = " ".join(str(exc).split())[:300]
+            kind = "memory_error" if self.home.writer.memory else "writer_error"
+            self.emit(kind, pages=[page_id(n) for n in pages], error=error)
+            self.home.warn(f"the pages {', '.join(page_id(n) for n in pages)} of session {self.name!r} were not given "
+                           f"to {self.home.config.writer_model}: {error}; they keep their offline keywords")
 
     def apply_written(self, marks) -> None:
         """Keep a bookmark writer's answer as durable bookmarks; replay feeds the recorded answer here."""

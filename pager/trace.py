@@ -206,11 +206,13 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
         # `append` at its next sync (replay would load them twice)
         turns = [t for t in durable_turns(session.home, session.user, session.name) if t.turn <= session.turn_count]
         known = session.directory.uids
+        stored = [m for m in session.home.store.bookmarks(session.user, session.name) if m.uid in known or not m.uid]
+        held = {m.uid for m in stored}   # and those taken in from a live process's journal, in no store yet
+        stored += [m for m in session._marks_in if m.uid not in held]
         session.emit("snapshot", turns=[{"speaker": t.speaker, "text": t.text, "role": t.role, "date": t.date,
                                          "ts": t.ts, "ref": t.ref, **({"key": t.key} if t.key else {})}
                                         for t in turns], state=session.paging_state(),
-                     bookmarks=[m.to_dict() for m in session.home.store.bookmarks(session.user, session.name)
-                                if m.uid in known or not m.uid],
+                     bookmarks=[m.to_dict() for m in stored],
                      page_keywords=True,
                      changes=[asdict(c) for c in session.state.changes],
                      facts=[fact_record(f) for f in session.facts.items],

@@ -172,7 +172,10 @@ class Toolkit:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
+            self.session.write_rest()   # the pages sealed since the model's last full batch, in this trace
             if self._writer:
                 end(self.session)
                 self._writer.close()
