@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from .config import Config
 from .engine import Engine
-from .errors import BudgetError, ConfigError, LeaseHeld, ModelError, PagerError, StoreError
+from .errors import BudgetError, ConfigError, InputError, LeaseHeld, ModelError, PagerError, StoreError
 from .fsck import durable_turns
 from .keys import KeyRing, is_key
 from .llm import LiteLLMModel
@@ -407,10 +407,17 @@ class Server:
                 got = "no value" if value is None else f"a {type(value).__name__}"
                 raise RequestError(f'the value must be a string (got {got}): send {{"value": "…"}}, e.g. '
                                    '{"value": "5"}', param="value")
-            key, value = check(raw_key, value)
+        try:
+            key, _ = check(raw_key, None)
+        except InputError as exc:
+            raise RequestError(str(exc), param="key") from None
+        if request.method == "PUT":
+            try:
+                key, value = check(raw_key, value)
+            except InputError as exc:
+                raise RequestError(str(exc), param="value") from None
             tool, arguments = "state_set", {"key": key, "value": value}
         else:
-            key, _ = check(raw_key, None)
             tool, arguments = "state_unset", {"key": key}
 
         def run():

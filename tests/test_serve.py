@@ -915,6 +915,11 @@ def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
         r = a.put("/sessions/tiers/state/city", json={"value": 3})
         assert r.status_code == 400 and "must be a string" in r.json()["error"]["message"], r.text
         assert a.put("/sessions/tiers/state/city", json={"value": "x" * 500}).status_code == 400
+        for path, body, param in (("city", {"value": "Lis\u0000bon"}, "value"), ("ci%00ty", {"value": "Lisbon"}, "key")):
+            r = a.put(f"/sessions/tiers/state/{path}", json=body)   # named as the field it is in, not always "key"
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+            assert "NUL" in r.json()["error"]["message"] and "state_set" not in r.json()["error"]["message"], r.text
+        assert a.get("/sessions/tiers/state").json()["state"] == {}
         engine = keyed.server.engine
         engine.call(lambda: engine.open("acme", "tiers").add_facts(
             [Draft("residence", "The user lives in Porto.", (1,))], "script"), tenant="acme", name="tiers")
