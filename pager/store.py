@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from .bookmarks import Bookmark
-from .errors import StoreError
+from .errors import NewerStore, StoreError
 from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
@@ -220,6 +220,7 @@ class LanceStore:
         self.read_only = read_only
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
+        self._meta_checked = -1   # the meta table's version when check_not_newer last read it
         try:
             kwargs: dict = {"storage_options": storage_options} if storage_options else {}
             if read_consistency_s is not None:
@@ -286,33 +287,46 @@ class LanceStore:
         }
 
     def _open_or_create(self) -> None:
-        existing = set(self._table_names())
+        listed = set(self._table_names())
+        existing = self._open_made(listed)
         fresh = not existing
         if fresh and not self.read_only:
             self._create_meta()
-        elif "meta" in existing:
-            self._tables["meta"] = self._open("meta")
         meta = self._meta() if "meta" in self._tables else {}
         for name, schema in self._schemas().items():
             if name in self._tables:
                 continue
-            if name in existing:
-                self._tables[name] = self._open(name)
-            elif self.read_only or (name in ADDED_BY_MIGRATION and f"migration:{ADDED_BY_MIGRATION[name]}" not in meta):
+            if self.read_only or (name in ADDED_BY_MIGRATION and f"migration:{ADDED_BY_MIGRATION[name]}" not in meta):
                 continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
-            else:
-                self._create(name, schema)
-        if "leases" in existing:
-            self._tables["leases"] = self._open("leases")
-        elif not self.read_only and (fresh or "migration:m003_leases" in meta):
+            self._create(name, schema)
+        if "leases" not in self._tables and not self.read_only and (fresh or "migration:m003_leases" in meta):
             self._create_leases()   # made at once by a process that found the store being made
         if "meta" in self._tables:
             self._check(meta)
         if not self.read_only:   # a process creating this store at the same time may have made more since we listed
-            made = set(self._table_names())
-            for name in [*self._schemas(), "leases"]:
-                if name not in self._tables and name in made:
-                    self._tables[name] = self._open(name)
+            self._open_made(set(self._table_names()) - listed)
+
+    MAKING_WAIT_S = 10.0   # how long a table's folder may show before its first version (another process making it)
+
+    def _open_made(self, names: set[str]) -> set[str]:
+        """Open the tables of pager's among names that were made; return their names. A folder whose first
+        version never comes within MAKING_WAIT_S was left by a process that died making the table (a
+        SIGKILL during `pager migrate` or a new store's first command): it holds nothing, and it is made
+        again where it would be made for a store that lacks it (LanceDB makes a table over such a folder;
+        over one whose first version did come, the make fails and the table is opened)."""
+        made = set()
+        for name in sorted(names & {*self._schemas(), "leases"}):
+            try:
+                self._tables[name] = self._open(name, self.MAKING_WAIT_S)
+            except (OSError, ValueError, RuntimeError) as exc:
+                if unreachable(exc):
+                    raise
+                again = "a command that writes makes it again" if self.read_only else "it is made again"
+                self.notify(f"the table {name!r} of the store at {self.uri} was left half-made by a process that "
+                            f"died making it; {again}")
+                continue
+            made.add(name)
+        return made
 
     def _create(self, name: str, schema) -> None:
         try:
@@ -345,7 +359,7 @@ class LanceStore:
         one forward by the named migrations it lacks. A store of release 0.1 has no meta rows."""
         version = int(meta.get("schema", 1))
         if version > SCHEMA_VERSION:
-            raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
+            raise NewerStore(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
         stored = int(meta.get("dim") or self.stored_dim())
@@ -368,6 +382,32 @@ class LanceStore:
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
         if missing or "schema" not in meta:
             self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+
+    def check_not_newer(self) -> None:
+        """Refuse to write a store that a newer pager migrated since this process opened it (a host upgraded
+        while this one still runs the older release): the rows this pager writes may be ones the newer
+        schema cannot read, or lack what it needs. One small read of the meta table, before each write."""
+        from lancedb.expr import col, lit
+
+        table = self._tables.get("meta")
+        if table is None:
+            return
+        try:
+            table.checkout_latest()
+            if table.version == self._meta_checked:
+                return   # meta unchanged since the last check
+            rows = table.search().where(col("key") == lit("schema")).limit(None).to_list()
+        except (OSError, RuntimeError, ValueError) as exc:
+            if unreachable(exc):
+                raise self._unavailable(exc) from exc
+            raise StoreError(f"cannot read the schema of the store at {self.uri}: {_first_line(exc)}") from exc
+        version = max((int(r["value"]) for r in rows if str(r["value"]).isdigit()), default=SCHEMA_VERSION)
+        if version > SCHEMA_VERSION:
+            raise NewerStore(f"the store at {self.uri} was migrated to schema v{version} by a newer pager while this "
+                             f"process ran (it writes v{SCHEMA_VERSION}); nothing accepted is lost: it stays in this "
+                             "home's journal; upgrade pager on this host (pip install -U pager) and restart this "
+                             "process, which then stores it")
+        self._meta_checked = table.version
 
     def stored_dim(self) -> int:
         """The size of the page vectors the store holds (its `pages` table's vector column)."""
@@ -408,6 +448,7 @@ class LanceStore:
         fence = fence or (lambda: None)
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
+        self.check_not_newer()
         # the page table first: a reader that sees a session's turns also sees how its pages are cut
         if batch.states:
             import pyarrow as pa
@@ -474,6 +515,12 @@ class LanceStore:
                 if unreachable(exc):   # LanceDB retried it already
                     raise StoreError(f"the store does not answer ({_open_failure(exc)}); nothing accepted is lost: "
                                      "it stays in the journal and is written when the store answers again") from exc
+                if re.search(r"Append with different schema|fields did not match", text):   # not a conflict: no retry
+                    missing = re.search(r"missing=\[[^\]]*\]", text)
+                    raise StoreError(f"the store's table {getattr(table, 'name', '')!r} no longer has the columns this "
+                                     f"pager writes ({missing.group(0) if missing else _first_line(exc)}): a newer pager "
+                                     "migrated it; upgrade pager on this host (pip install -U pager) and restart this "
+                                     "process; nothing accepted is lost: it stays in the journal") from exc
                 if re.search(r"No space|Read-only|Permission", text):
                     raise StoreError(f"the store refused a write ({_first_line(exc)}); free disk space or fix "
                                      "permissions, nothing accepted is lost: it stays in the journal") from exc
