@@ -909,16 +909,39 @@ def m006_vector_dims(store: LanceStore) -> None:
                          f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}), "
                          "or use a new --home")
     schema = store._schemas()["pages"]
-    batches = []
-    for batch in table.search().limit(None).to_batches(4096):
-        rows = batch.to_pylist()
-        for row in rows:
-            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
-            row.update(_page_vectors(_cut(pieces, store.dim)))
-        batches.append(pa.Table.from_pylist(rows, schema=schema))
+    read = table.version
+    batches = [_cut_rows(batch.to_pylist(), stored, store.dim, schema) for batch in table.search().limit(None).to_batches(4096)]
     data = pa.concat_tables(batches) if batches else schema.empty_table()
     # one overwrite: a reader sees the old version or the new one, never a mix
-    store._tables["pages"] = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+    store._tables["pages"] = made = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+    _pages_written_meanwhile(store, made, read, {(r["user"], r["session"], r["n"]) for r in data.select(
+        ["user", "session", "n"]).to_pylist()})
+
+
+def _cut_rows(rows: list[dict], stored: int, dim: int, schema):
+    """Page rows of `stored`-dim vectors at `dim` dims, as one Arrow table of the pages schema."""
+    import pyarrow as pa
+
+    for row in rows:
+        if stored != dim:
+            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
+            row.update(_page_vectors(_cut(pieces, dim)))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _pages_written_meanwhile(store: LanceStore, made, read: int, kept: set) -> None:
+    """An overwrite does not conflict with the commits it follows: pages another process stored between
+    m006's read and its overwrite (a process that migrated the store first and went on writing, both
+    started at once) would be gone. They are read from the version before the overwrite and added."""
+    before = made.version - 1
+    if before <= read:
+        return
+    old = store.db.open_table("pages")
+    old.checkout(before)
+    then = old.schema.field("vector").type.list_size
+    rows = [r for r in old.search().limit(None).to_list() if (r["user"], r["session"], r["n"]) not in kept]
+    if rows:
+        made.add(_cut_rows(rows, then, store.dim, made.schema))
 
 
 def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:

@@ -221,3 +221,48 @@ def _migrated_once_and_whole(home: Path) -> None:
         assert [t.text for t in fsck.durable_turns(h, "", "maya")] == expected["texts"]
         assert h.store.lease("", "maya") is None and h.open("maya").append("Maya", "after the upgrade").turn == expected["turns"] + 1
         assert fsck.check(h, "", "maya").ok
+
+
+def test_pages_a_process_stores_while_another_cuts_the_vectors_are_kept(tmp_path, monkeypatch):
+    """Two hosts upgraded at once open a store of 256-dim wordllama vectors: both run m006_vector_dims.
+    Host A finishes first and goes on writing; host B, which read the pages before A's cut, then commits
+    its own cut as an overwrite. Before: the pages A stored meanwhile were gone from the store (LanceDB's
+    overwrite does not conflict with the commits it follows); `pager check` took A's 45 turns for the open
+    tail, and no reader found them on a stored page until a writer sealed them again. Now B adds what was
+    stored between its read and its overwrite."""
+    from pager import store as store_module
+    from pager.embed import WordLlamaEmbedder
+
+    texts = [f"turn {i} of the first host about the harbour, boats and the ferry timetable" for i in range(60)]
+    old = Config(home=tmp_path / "old", embedder="wordllama", budget=2048)
+    with Home(old, embedder=WordLlamaEmbedder(256)) as home:
+        home.open("maya").append_many([{"speaker": "Maya", "text": t} for t in texts])
+    uri = str(old.db_uri)
+    meta = LanceStore(uri, dim=256)._tables["meta"]   # as the release before m006 left it
+    meta.delete("key = 'migration:m006_vector_dims'")
+    meta.update(where="key = 'schema'", values={"value": "5"})
+    host_a = (f"from pager.config import Config\nfrom pager.home import Home\n"
+              f"cfg = Config(home={str(tmp_path / 'a')!r}, db={uri!r}, embedder='wordllama', budget=2048)\n"
+              "with Home(cfg) as home:\n"
+              "    home.open('maya').append_many([{'speaker': 'Ann', 'text': f'host A after its cut {i} ' * 6} "
+              "for i in range(40)])\n")
+    cut, ran = store_module._cut, []
+
+    def host_a_meanwhile(vectors, dim):   # B has begun reading the 256-dim pages: A migrates and writes now
+        if not ran:
+            ran.append(run_py(host_a))
+            assert ran[0].returncode == 0, ran[0].stderr[-2000:]
+        return cut(vectors, dim)
+
+    monkeypatch.setattr(store_module, "_cut", host_a_meanwhile)
+    notes: list[str] = []
+    LanceStore(uri, dim=128, matryoshka=True, notify=notes.append)   # host B
+    assert ran and any("m006_vector_dims" in n for n in notes), notes
+    monkeypatch.setattr(store_module, "_cut", cut)
+    with Home(Config(home=tmp_path / "reader", db=uri, embedder="wordllama", budget=2048), read_only=True) as reader:
+        report = fsck.check(reader, "", "maya")
+        assert report.ok, report.problems
+        pages, vectors = reader.store.pages("", "maya")
+        assert all(v.shape[1] == 128 for v in vectors)
+        on_pages = " ".join(p.text for p in pages)
+        assert reader.store.turn_count("", "maya") == 100 and "host A after its cut 30 " in on_pages
