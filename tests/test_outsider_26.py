@@ -266,3 +266,20 @@ def test_pages_a_process_stores_while_another_cuts_the_vectors_are_kept(tmp_path
         assert all(v.shape[1] == 128 for v in vectors)
         on_pages = " ".join(p.text for p in pages)
         assert reader.store.turn_count("", "maya") == 100 and "host A after its cut 30 " in on_pages
+
+
+def test_a_keys_file_of_a_newer_pager_is_named_as_such_and_kept(tmp_path):
+    """Before: "keys.json is damaged (version 2); restore it or remove it and create keys again", a fix
+    that throws away every key the newer pager made. Now it names the newer pager and the upgrade, for
+    every keys command and serve, and the file stays as it was."""
+    home = tmp_path / "h"
+    home.mkdir()
+    keys = home / "keys.json"
+    keys.write_text(json.dumps({"version": 2, "keys": [{"id": "3f9c2a7b1d04", "tenant": "acme", "scopes": ["read"]}]}))
+    before = keys.read_bytes()
+    for args in (["keys", "list"], ["keys", "create", "--tenant", "acme"], ["keys", "revoke", "3f9c2a7b1d04"]):
+        result = runner.invoke(app, ["--home", str(home), *args], env=ENV)
+        assert result.exit_code == 2, (args, result.output)
+        assert "written by a newer pager" in result.output and "pip install -U pager" in result.output, result.output
+        assert "remove it" not in result.output and "Traceback" not in result.output
+    assert keys.read_bytes() == before
