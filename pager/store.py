@@ -358,7 +358,7 @@ class LanceStore:
         """Refuse a store this pager cannot read (newer schema, other vector size); bring an older
         one forward by the named migrations it lacks. A store of release 0.1 has no meta rows."""
         version = int(meta.get("schema", 1))
-        if version > SCHEMA_VERSION:
+        if too_new(meta):
             raise NewerStore(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
@@ -380,14 +380,14 @@ class LanceStore:
             step(self)
             self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
-        if missing or "schema" not in meta:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+        if missing or "schema" not in meta:   # never down: a newer pager's store it declared usable stays its
+            self._set_meta({"schema": str(max(version, SCHEMA_VERSION)), "dim": str(self.dim)})
 
     def check_not_newer(self) -> None:
         """Refuse to write a store that a newer pager migrated since this process opened it (a host upgraded
         while this one still runs the older release): the rows this pager writes may be ones the newer
         schema cannot read, or lack what it needs. One small read of the meta table, before each write."""
-        from lancedb.expr import col, lit
+        from lancedb.expr import col
 
         table = self._tables.get("meta")
         if table is None:
@@ -396,13 +396,14 @@ class LanceStore:
             table.checkout_latest()
             if table.version == self._meta_checked:
                 return   # meta unchanged since the last check
-            rows = table.search().where(col("key") == lit("schema")).limit(None).to_list()
+            rows = table.search().where(col("key").isin(["schema", "compatible_from"])).limit(None).to_list()
         except (OSError, RuntimeError, ValueError) as exc:
             if unreachable(exc):
                 raise self._unavailable(exc) from exc
             raise StoreError(f"cannot read the schema of the store at {self.uri}: {_first_line(exc)}") from exc
-        version = max((int(r["value"]) for r in rows if str(r["value"]).isdigit()), default=SCHEMA_VERSION)
-        if version > SCHEMA_VERSION:
+        meta = {r["key"]: r["value"] for r in rows}
+        version = too_new(meta)
+        if version:
             raise NewerStore(f"the store at {self.uri} was migrated to schema v{version} by a newer pager while this "
                              f"process ran (it writes v{SCHEMA_VERSION}); nothing accepted is lost: it stays in this "
                              "home's journal; upgrade pager on this host (pip install -U pager) and restart this "
@@ -780,6 +781,17 @@ class LanceStore:
         names = ", ".join(repr(s) for _, s in keys)
         raise StoreError(f"could not update the lease of session {names} ({last or 'too many writers at once'}); "
                          "try again")
+
+
+def too_new(meta: dict[str, str]) -> int:
+    """The store's schema when it is newer than this pager can use, else 0. A newer release whose migrations
+    leave the store usable by older pagers (a column they may leave empty, as m008 was for v7) records in
+    meta `compatible_from`, the oldest schema whose pagers may still read and write it; without that, a
+    newer schema is refused, to open and to write (a host still on the older release during an upgrade)."""
+    version = int(meta.get("schema") or 1)
+    oldest = meta.get("compatible_from")
+    oldest_ok = int(oldest) if oldest and str(oldest).isdigit() else version
+    return version if version > SCHEMA_VERSION and oldest_ok > SCHEMA_VERSION else 0
 
 
 def embedders_of(dim: int) -> str:

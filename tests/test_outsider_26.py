@@ -283,3 +283,35 @@ def test_a_keys_file_of_a_newer_pager_is_named_as_such_and_kept(tmp_path):
         assert "written by a newer pager" in result.output and "pip install -U pager" in result.output, result.output
         assert "remove it" not in result.output and "Traceback" not in result.output
     assert keys.read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["disk", "s3"])
+def test_a_newer_migration_declared_usable_by_older_pagers_lets_them_go_on(tmp_path, request, where):
+    """A rolling upgrade with a migration older pagers can live with (a column they may leave empty, as
+    m008_piece_tokens was for the release before it): the newer release records `compatible_from` in the
+    store's meta, and a host still on this release keeps writing, and opens the store again, while the
+    others are upgraded. Without the record (above) it refuses."""
+    env, uri = ({}, str(tmp_path / "store")) if where == "disk" else request.getfixturevalue("s3")
+    cfg = Config.load(env={**env, **ENV}, home=tmp_path / "a", db=uri, budget=2048, lease_idle_s=0)
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        s = home.open("s")
+        for i in range(6):
+            s.append("ann", f"before the upgrade {i}")
+        home.flush()
+        code = (f"import pyarrow as pa\nfrom pager.store import LanceStore\nst = LanceStore({uri!r}, dim=256, "
+                f"storage_options={cfg.storage_options!r})\n"
+                "st._tables['turns'].add_columns(pa.field('lang', pa.string()))\n"
+                f"st._set_meta({{'schema': '{SCHEMA_VERSION + 1}', 'compatible_from': '{SCHEMA_VERSION}', "
+                "'migration:m009_lang': 'now'})\n")
+        migrated = run_py(code)
+        assert migrated.returncode == 0, migrated.stderr[-2000:]
+        late = [s.append("ann", f"after the upgrade {i}").turn for i in range(3)]
+        home.flush()
+    with Home(cfg, embedder=HashEmbedder()) as home:
+        assert [t.turn for t in home.store.turns("", "s")] == [*range(1, 7), *late]
+        assert home.open("s").append("ann", "still on the older release").turn == 10
+        assert not any("migrated" in w for w in home.warnings)
+    with Home(cfg, embedder=HashEmbedder(), read_only=True) as reader:
+        assert fsck.check(reader, "", "s").ok
+    meta = LanceStore(uri, dim=256, read_only=True, storage_options=cfg.storage_options)._meta()
+    assert meta["schema"] == str(SCHEMA_VERSION + 1)   # this pager never wrote its own, older, number over it
