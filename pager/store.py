@@ -362,7 +362,8 @@ class LanceStore:
             raise NewerStore(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
-        stored = int(meta.get("dim") or self.stored_dim())
+        # the pages table's vectors are the truth; meta's "dim" may be a record a killed migrate left behind
+        stored = self.stored_dim() if "pages" in self._tables else int(meta.get("dim") or self.dim)
         if stored != self.dim:
             cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
             if not cut:
@@ -376,12 +377,17 @@ class LanceStore:
         if self.read_only:
             self.pending_migrations = [m.__name__ for m in missing]
             return
+        schema = str(max(version, SCHEMA_VERSION))   # never down: a newer pager's store it declared usable stays its
         for step in missing:
             step(self)
-            self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
+            done = {f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S"), "dim": str(self.stored_dim())}
+            if step is missing[-1]:
+                done["schema"] = schema
+            self._set_meta(done)   # one commit: a kill cannot leave a step recorded and the store's numbers not
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
-        if missing or "schema" not in meta:   # never down: a newer pager's store it declared usable stays its
-            self._set_meta({"schema": str(max(version, SCHEMA_VERSION)), "dim": str(self.dim)})
+        if not missing and (meta.get("schema") != schema or meta.get("dim") != str(self.stored_dim())):
+            # what a migrate killed before that commit went in (an older pager's two commits) left behind
+            self._set_meta({"schema": schema, "dim": str(self.stored_dim())})
 
     def check_not_newer(self) -> None:
         """Refuse to write a store that a newer pager migrated since this process opened it (a host upgraded

@@ -315,3 +315,53 @@ def test_a_newer_migration_declared_usable_by_older_pagers_lets_them_go_on(tmp_p
         assert fsck.check(reader, "", "s").ok
     meta = LanceStore(uri, dim=256, read_only=True, storage_options=cfg.storage_options)._meta()
     assert meta["schema"] == str(SCHEMA_VERSION + 1)   # this pager never wrote its own, older, number over it
+
+
+def _wordllama_store_before_m006(tmp_path) -> Config:
+    """A store of 256-dim wordllama vectors as the release before m006 left it (schema 5)."""
+    from pager.embed import WordLlamaEmbedder
+
+    cfg = Config(home=tmp_path / "old", embedder="wordllama", budget=2048)
+    with Home(cfg, embedder=WordLlamaEmbedder(256)) as home:
+        home.open("maya").append_many([{"speaker": "Maya", "text": f"turn {i} about the harbour, boats and ferries"}
+                                       for i in range(80)])
+    meta = LanceStore(str(cfg.db_uri), dim=256)._tables["meta"]
+    for name in ("m006_vector_dims", "m007_fact_ends", "m008_piece_tokens"):
+        meta.delete(f"key = 'migration:{name}'")
+    meta.update(where="key = 'schema'", values={"value": "5"})
+    return cfg
+
+
+def test_a_migrate_killed_before_it_records_the_stores_numbers_is_finished_by_the_next_open(tmp_path, monkeypatch):
+    """SIGKILL of `pager migrate` after its last step was recorded and before the store's schema and vector
+    size were (two commits; seen once in three kills of a migrate cutting 1,276 pages to 128 dims). Before:
+    meta said 256-dim vectors where the pages held 128, and every command, `pager migrate` too, refused the
+    store for good: "holds 256-dim vectors, the embedder makes 128; set PAGER_EMBEDDER …", a fix that
+    does not fix it. Now a step and the numbers it leaves are one commit, and the vector size is read from
+    the pages table; a store an older pager's kill left so is put right by the next writing open."""
+    cfg = _wordllama_store_before_m006(tmp_path)
+    real = LanceStore._set_meta
+
+    class Killed(BaseException):
+        pass
+
+    def killed_at_the_schema(self, values):   # the process dies as this commit would be sent
+        if "schema" in values:
+            raise Killed
+        real(self, values)
+
+    monkeypatch.setattr(LanceStore, "_set_meta", killed_at_the_schema)
+    with pytest.raises(Killed):
+        LanceStore(str(cfg.db_uri), dim=128, matryoshka=True)
+    monkeypatch.setattr(LanceStore, "_set_meta", real)
+    home = str(cfg.home)
+    env = {"PAGER_EMBEDDER": "wordllama"}   # the default: wordllama at 128 dims
+    result = runner.invoke(app, ["--home", home, "migrate"], env=env)
+    assert result.exit_code == 0, result.output
+    for args in (["inspect", "-s", "maya", "--json"], ["search", "ferries", "-s", "maya"], ["check", "-s", "maya"]):
+        looked = runner.invoke(app, ["--home", home, *args], env=env)
+        assert looked.exit_code == 0 and "dim vectors" not in looked.output, (args, looked.output)
+    meta = LanceStore(str(cfg.db_uri), dim=128, read_only=True)._meta()
+    assert (meta["schema"], meta["dim"]) == (str(SCHEMA_VERSION), "128")
+    again = runner.invoke(app, ["--home", home, "migrate"], env=env)
+    assert f"up to date: schema v{SCHEMA_VERSION}" in again.output, again.output
