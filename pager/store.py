@@ -351,7 +351,9 @@ class LanceStore:
         except (OSError, ValueError, RuntimeError):
             self._tables["meta"] = self._open("meta")  # another process created it first
 
-    def _meta(self) -> dict[str, str]:
+    def _meta(self, latest: bool = False) -> dict[str, str]:
+        if latest:
+            self._tables["meta"].checkout_latest()
         return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
 
     def _check(self, meta: dict[str, str]) -> None:
@@ -379,6 +381,8 @@ class LanceStore:
             return
         schema = str(max(version, SCHEMA_VERSION))   # never down: a newer pager's store it declared usable stays its
         for step in missing:
+            if step is not missing[0] and f"migration:{step.__name__}" in self._meta(latest=True):
+                continue   # another process (host) applied it meanwhile, and recorded it: applied once
             step(self)
             done = {f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S"), "dim": str(self.stored_dim())}
             if step is missing[-1]:

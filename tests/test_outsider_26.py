@@ -365,3 +365,35 @@ def test_a_migrate_killed_before_it_records_the_stores_numbers_is_finished_by_th
     assert (meta["schema"], meta["dim"]) == (str(SCHEMA_VERSION), "128")
     again = runner.invoke(app, ["--home", home, "migrate"], env=env)
     assert f"up to date: schema v{SCHEMA_VERSION}" in again.output, again.output
+
+
+def test_steps_another_host_applied_meanwhile_are_not_applied_again(tmp_path):
+    """Two hosts open a release 0.1 store at once: B begins with m002 while A runs every step. Before: B
+    then applied all seven steps again (each a notice, each recorded twice). Now B reads what is recorded
+    before each step and skips what A did."""
+    from pager import store as store_module
+
+    home = tmp_path / "h"
+    shutil.copytree(FIXTURE, home, ignore=shutil.ignore_patterns("expected.json", "journal"))
+    uri = str(home / "db")
+    host_a = f"from pager.store import LanceStore\nLanceStore({uri!r}, dim=256)\n"
+    first, ran = store_module.MIGRATIONS[0], []
+
+    def a_runs_them_all_meanwhile(store):
+        if not ran:
+            ran.append(run_py(host_a))
+            assert ran[0].returncode == 0, ran[0].stderr[-2000:]
+        first(store)
+
+    a_runs_them_all_meanwhile.__name__, a_runs_them_all_meanwhile.__doc__ = first.__name__, first.__doc__
+    notes: list[str] = []
+    store_module.MIGRATIONS[0] = a_runs_them_all_meanwhile
+    try:
+        LanceStore(uri, dim=256, notify=notes.append)   # host B
+    finally:
+        store_module.MIGRATIONS[0] = first
+    assert ran and [n.split(": ")[1].split()[0] for n in notes] == [first.__name__], notes
+    rows = LanceStore(uri, dim=256)._tables["meta"].search().limit(None).to_list()
+    recorded = [r["key"] for r in rows if r["key"].startswith("migration:")]
+    assert len(recorded) - len(set(recorded)) <= 1, recorded   # m002, which both began, at most twice
+    assert set(recorded) == {f"migration:{m.__name__}" for m in MIGRATIONS}
