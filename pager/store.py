@@ -303,6 +303,7 @@ class LanceStore:
             self._create_leases()   # made at once by a process that found the store being made
         if "meta" in self._tables:
             self._check(meta)
+            self._meta_checked = self._tables["meta"].version   # what check_not_newer need not read again
         if not self.read_only:   # a process creating this store at the same time may have made more since we listed
             self._open_made(set(self._table_names()) - listed)
 
@@ -393,17 +394,20 @@ class LanceStore:
             # what a migrate killed before that commit went in (an older pager's two commits) left behind
             self._set_meta({"schema": schema, "dim": str(self.stored_dim())})
 
-    def check_not_newer(self) -> None:
+    def check_not_newer(self, latest: bool = True) -> None:
         """Refuse to write a store that a newer pager migrated since this process opened it (a host upgraded
         while this one still runs the older release): the rows this pager writes may be ones the newer
-        schema cannot read, or lack what it needs. One small read of the meta table, before each write."""
+        schema cannot read, or lack what it needs. Reads the meta table only when its version moved; with
+        latest=False, at the version the caller's refresh() found (a flush's: no request of its own, so
+        nothing of a lease's time goes to it)."""
         from lancedb.expr import col
 
         table = self._tables.get("meta")
         if table is None:
             return
         try:
-            table.checkout_latest()
+            if latest:
+                table.checkout_latest()
             if table.version == self._meta_checked:
                 return   # meta unchanged since the last check
             rows = table.search().where(col("key").isin(["schema", "compatible_from"])).limit(None).to_list()
@@ -459,7 +463,7 @@ class LanceStore:
         fence = fence or (lambda: None)
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
-        self.check_not_newer()
+        self.check_not_newer(latest=False)   # callers refresh() first (Home.flush, recovery)
         # the page table first: a reader that sees a session's turns also sees how its pages are cut
         if batch.states:
             import pyarrow as pa
