@@ -43,6 +43,10 @@ class StoreError(PagerError):
     """The disk (LanceDB or the journal) refused or is damaged."""
 
 
+class NewerStore(StoreError):
+    """The store was made, or migrated, by a newer pager than this one: upgrade pager to use it."""
+
+
 class ModelError(PagerError):
     """The model provider failed in a way retries did not fix."""
 

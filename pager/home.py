@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import Config, name_problem
 from .embed import Embedder, make_embedder
-from .errors import ConfigError, InputError, LeaseHeld, StoreError
+from .errors import ConfigError, InputError, LeaseHeld, NewerStore, StoreError
 from .journal import Journal, read_segment
 from .lease import Leases
 from .recovery import follow
@@ -154,6 +154,7 @@ class Home:
         self._clashes: dict[tuple, tuple[int, bool]] = {}   # (session, segment) → (its size, numbered over?)
         self._lost: set[tuple[str, str]] = set()   # sessions whose unflushed records another home numbered over
         self._held_back: set[tuple[str, str]] = set()   # sessions whose records wait for a lease another home took
+        self._newer = ""   # why writes are refused: a newer pager migrated the store under this process (flush)
         self._lock_mutexes: dict[tuple[str, str], threading.Lock] = {}
         self.journal = Journal(self.local / "journal", fsync=durable, read_only=read_only, report=self.warn,
                                tag="" if self.local != self.path else HOME_TAG)
@@ -167,7 +168,19 @@ class Home:
                              warn=self.warn, idle_s=config.lease_idle_s, on_idle=self._release_idle)
         if not read_only:
             self._sweep_tmp()
-            self.recovered = self.recover()
+            try:
+                self.recovered = self.recover()
+            except BaseException:
+                self._abandon()
+                raise
+
+    def _abandon(self) -> None:
+        """A home that failed (to open: a store it cannot read, a journal of a newer pager; or in its `with`
+        block): its own journal segment stays for the next process if anything was written to it, and goes
+        if not (no empty segment left for the next process to take for a dead one's); its leases lapse."""
+        self.journal.close(remove=not self.journal.written)
+        self.leases.stop()
+        self._closed = True
 
     def warn(self, message: str) -> None:
         """Something a person should know (damage found and skipped); said once, never fatal."""
@@ -536,6 +549,8 @@ class Home:
         if self._closed:
             raise StoreError(f"this home ({self.path}) was closed (close() or the end of its `with` block); open a "
                              "new pager.Home(config) to write")
+        if self._newer:
+            raise NewerStore(self._newer)
 
     EARLY = 8   # turns in an accepted group from which their text is embedded while the journal syncs
 
@@ -729,11 +744,13 @@ class Home:
             parts = {s: s.take_pending() for s in self.sessions.values()}
             try:
                 wrote = self._write_parts(parts)
-            except Exception:
+            except Exception as exc:
                 # kept for the next try (the journal has them too, but its segment goes at the next
                 # flush that succeeds): a lease check the store could not answer loses nothing either
                 for s, part in parts.items():
                     s.pending = part.merged(s.pending)
+                if isinstance(exc, NewerStore):
+                    self._newer = str(exc)   # no flush of this process can succeed: take nothing more in
                 raise
             if wrote:
                 self.flushes += 1
@@ -1145,10 +1162,8 @@ class Home:
         if exc[0] is None:
             self.close()
         else:
-            # keep the journal: whatever was accepted is replayed by the next process
-            self.journal.close(remove=False)
-            self.leases.stop()
-            self._closed = True
+            # keep the journal: whatever was accepted is replayed by the next process (an empty one goes)
+            self._abandon()
 
 
 HOME_TAG = "-home"   # in the names of the home's own store's segments: one without it predates stores/

@@ -92,6 +92,7 @@ class Read:
     ops: list[dict] = field(default_factory=list)
     end: int = 0                                   # offset after the last whole frame
     damage: list[str] = field(default_factory=list)  # "file at offset N: why"
+    newer: int = 0                                 # the highest journal version above VERSION among its frames
 
 
 def read_segment(path: Path, offset: int = 0, final: bool = False) -> Read:
@@ -160,6 +161,7 @@ def _take_body(body: bytes, path: Path, where: int, out: Read) -> None:
         out.damage.append(f"{path.name} at offset {where}: a frame that is not a list of ops")
         return
     if isinstance(obj.get("v"), int) and obj["v"] > VERSION:  # a newer pager wrote it: keep it for that pager
+        out.newer = max(out.newer, obj["v"])
         out.damage.append(f"{path.name} at offset {where}: a frame of journal v{obj['v']}, newer than this pager "
                           f"(v{VERSION}); upgrade pager to recover it")
         return
@@ -346,6 +348,7 @@ class Journal:
                 if os.fstat(fd).st_nlink == 0:
                     continue  # recovered by another process while we waited
                 read = read_segment(path, 0, final=True)
+                self._refuse_newer(path, read)
                 self._note(read.damage)
                 yield path, read.ops, bool(read.damage)
             finally:
@@ -377,6 +380,17 @@ class Journal:
             return None   # its process is alive
         return fd
 
+    def _refuse_newer(self, path: Path, read: Read) -> None:
+        """A segment holding frames of a newer pager (a host downgraded, or a newer pager running beside this
+        one on the home): this pager cannot read their records, so a writer would number over their turns
+        and recovery would set the segment aside where no pager reads it again. A writer refuses; the
+        segment stays where it is, for the newer pager to recover. A reader says so and reads the rest."""
+        if read.newer and not self.read_only:
+            raise StoreError(f"the journal {path} holds records of journal v{read.newer}, written by a newer pager "
+                             f"(this one reads v{VERSION}); nothing is written until that pager has recovered them: "
+                             "run the newer pager on this home once (any pager command that writes), or upgrade "
+                             "pager (pip install -U pager)")
+
     def set_aside(self, path: Path) -> None:
         """Keep a recovered segment that had damage, for a person to look at; it is not read again."""
         aside = self.folder / "damaged"
@@ -393,6 +407,7 @@ class Journal:
                 continue
             seen.add(path.name)
             read = read_segment(path, offsets.get(path.name, 0))
+            self._refuse_newer(path, read)
             offsets[path.name] = read.end
             self._note(read.damage)
             ops.extend(read.ops)

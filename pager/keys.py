@@ -82,6 +82,10 @@ class KeyRing:
             return
         try:
             data = json.loads(self.path.read_text())
+            newer = data.get("version") if isinstance(data, dict) else None
+            if type(newer) is int and newer > VERSION:   # not damaged: kept whole for the pager that wrote it
+                raise InputError(f"{self.path} was written by a newer pager (keys v{newer}; this one reads "
+                                 f"v{VERSION}); upgrade pager on this host (pip install -U pager)")
             rows = data["keys"] if data.get("version") == VERSION else None
             if rows is None:
                 raise ValueError(f"version {data.get('version')!r}")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from .bookmarks import Bookmark
-from .errors import StoreError
+from .errors import NewerStore, StoreError
 from .page import Page, Turn
 from .facts import Fact, fact_record
 from .state import Change
@@ -220,6 +220,7 @@ class LanceStore:
         self.read_only = read_only
         self.notify = notify or (lambda message: None)
         self.pending_migrations: list[str] = []
+        self._meta_checked = -1   # the meta table's version when check_not_newer last read it
         try:
             kwargs: dict = {"storage_options": storage_options} if storage_options else {}
             if read_consistency_s is not None:
@@ -286,33 +287,47 @@ class LanceStore:
         }
 
     def _open_or_create(self) -> None:
-        existing = set(self._table_names())
+        listed = set(self._table_names())
+        existing = self._open_made(listed)
         fresh = not existing
         if fresh and not self.read_only:
             self._create_meta()
-        elif "meta" in existing:
-            self._tables["meta"] = self._open("meta")
         meta = self._meta() if "meta" in self._tables else {}
         for name, schema in self._schemas().items():
             if name in self._tables:
                 continue
-            if name in existing:
-                self._tables[name] = self._open(name)
-            elif self.read_only or (name in ADDED_BY_MIGRATION and f"migration:{ADDED_BY_MIGRATION[name]}" not in meta):
+            if self.read_only or (name in ADDED_BY_MIGRATION and f"migration:{ADDED_BY_MIGRATION[name]}" not in meta):
                 continue  # nothing was ever written to it: reads answer empty (or its migration makes it)
-            else:
-                self._create(name, schema)
-        if "leases" in existing:
-            self._tables["leases"] = self._open("leases")
-        elif not self.read_only and (fresh or "migration:m003_leases" in meta):
+            self._create(name, schema)
+        if "leases" not in self._tables and not self.read_only and (fresh or "migration:m003_leases" in meta):
             self._create_leases()   # made at once by a process that found the store being made
         if "meta" in self._tables:
             self._check(meta)
+            self._meta_checked = self._tables["meta"].version   # what check_not_newer need not read again
         if not self.read_only:   # a process creating this store at the same time may have made more since we listed
-            made = set(self._table_names())
-            for name in [*self._schemas(), "leases"]:
-                if name not in self._tables and name in made:
-                    self._tables[name] = self._open(name)
+            self._open_made(set(self._table_names()) - listed)
+
+    MAKING_WAIT_S = 10.0   # how long a table's folder may show before its first version (another process making it)
+
+    def _open_made(self, names: set[str]) -> set[str]:
+        """Open the tables of pager's among names that were made; return their names. A folder whose first
+        version never comes within MAKING_WAIT_S was left by a process that died making the table (a
+        SIGKILL during `pager migrate` or a new store's first command): it holds nothing, and it is made
+        again where it would be made for a store that lacks it (LanceDB makes a table over such a folder;
+        over one whose first version did come, the make fails and the table is opened)."""
+        made = set()
+        for name in sorted(names & {*self._schemas(), "leases"}):
+            try:
+                self._tables[name] = self._open(name, self.MAKING_WAIT_S)
+            except (OSError, ValueError, RuntimeError) as exc:
+                if unreachable(exc):
+                    raise
+                again = "a command that writes makes it again" if self.read_only else "it is made again"
+                self.notify(f"the table {name!r} of the store at {self.uri} was left half-made by a process that "
+                            f"died making it; {again}")
+                continue
+            made.add(name)
+        return made
 
     def _create(self, name: str, schema) -> None:
         try:
@@ -337,18 +352,21 @@ class LanceStore:
         except (OSError, ValueError, RuntimeError):
             self._tables["meta"] = self._open("meta")  # another process created it first
 
-    def _meta(self) -> dict[str, str]:
+    def _meta(self, latest: bool = False) -> dict[str, str]:
+        if latest:
+            self._tables["meta"].checkout_latest()
         return {r["key"]: r["value"] for r in self._tables["meta"].search().limit(None).to_list()}
 
     def _check(self, meta: dict[str, str]) -> None:
         """Refuse a store this pager cannot read (newer schema, other vector size); bring an older
         one forward by the named migrations it lacks. A store of release 0.1 has no meta rows."""
         version = int(meta.get("schema", 1))
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"the store at {self.uri} has schema v{version}, newer than this pager "
+        if too_new(meta):
+            raise NewerStore(f"the store at {self.uri} has schema v{version}, newer than this pager "
                              f"(v{SCHEMA_VERSION}); upgrade pager (pip install -U pager)")
         missing = [m for m in MIGRATIONS if f"migration:{m.__name__}" not in meta]
-        stored = int(meta.get("dim") or self.stored_dim())
+        # the pages table's vectors are the truth; meta's "dim" may be a record a killed migrate left behind
+        stored = self.stored_dim() if "pages" in self._tables else int(meta.get("dim") or self.dim)
         if stored != self.dim:
             cut = self.matryoshka and stored > self.dim and "m006_vector_dims" in {m.__name__ for m in missing}
             if not cut:
@@ -362,12 +380,49 @@ class LanceStore:
         if self.read_only:
             self.pending_migrations = [m.__name__ for m in missing]
             return
+        schema = str(max(version, SCHEMA_VERSION))   # never down: a newer pager's store it declared usable stays its
         for step in missing:
+            if step is not missing[0] and f"migration:{step.__name__}" in self._meta(latest=True):
+                continue   # another process (host) applied it meanwhile, and recorded it: applied once
             step(self)
-            self._set_meta({f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S")})
+            done = {f"migration:{step.__name__}": time.strftime("%Y-%m-%d %H:%M:%S"), "dim": str(self.stored_dim())}
+            if step is missing[-1]:
+                done["schema"] = schema
+            self._set_meta(done)   # one commit: a kill cannot leave a step recorded and the store's numbers not
             self.notify(f"the store at {self.uri} was migrated: {step.__name__} ({(step.__doc__ or '').strip()})")
-        if missing or "schema" not in meta:
-            self._set_meta({"schema": str(SCHEMA_VERSION), "dim": str(self.dim)})
+        if not missing and (meta.get("schema") != schema or meta.get("dim") != str(self.stored_dim())):
+            # what a migrate killed before that commit went in (an older pager's two commits) left behind
+            self._set_meta({"schema": schema, "dim": str(self.stored_dim())})
+
+    def check_not_newer(self, latest: bool = True) -> None:
+        """Refuse to write a store that a newer pager migrated since this process opened it (a host upgraded
+        while this one still runs the older release): the rows this pager writes may be ones the newer
+        schema cannot read, or lack what it needs. Reads the meta table only when its version moved; with
+        latest=False, at the version the caller's refresh() found (a flush's: no request of its own, so
+        nothing of a lease's time goes to it)."""
+        from lancedb.expr import col
+
+        table = self._tables.get("meta")
+        if table is None:
+            return
+        try:
+            if latest:
+                table.checkout_latest()
+            if table.version == self._meta_checked:
+                return   # meta unchanged since the last check
+            rows = table.search().where(col("key").isin(["schema", "compatible_from"])).limit(None).to_list()
+        except (OSError, RuntimeError, ValueError) as exc:
+            if unreachable(exc):
+                raise self._unavailable(exc) from exc
+            raise StoreError(f"cannot read the schema of the store at {self.uri}: {_first_line(exc)}") from exc
+        meta = {r["key"]: r["value"] for r in rows}
+        version = too_new(meta)
+        if version:
+            raise NewerStore(f"the store at {self.uri} was migrated to schema v{version} by a newer pager while this "
+                             f"process ran (it writes v{SCHEMA_VERSION}); nothing accepted is lost: it stays in this "
+                             "home's journal; upgrade pager on this host (pip install -U pager) and restart this "
+                             "process, which then stores it")
+        self._meta_checked = table.version
 
     def stored_dim(self) -> int:
         """The size of the page vectors the store holds (its `pages` table's vector column)."""
@@ -408,6 +463,7 @@ class LanceStore:
         fence = fence or (lambda: None)
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")
+        self.check_not_newer(latest=False)   # callers refresh() first (Home.flush, recovery)
         # the page table first: a reader that sees a session's turns also sees how its pages are cut
         if batch.states:
             import pyarrow as pa
@@ -474,6 +530,12 @@ class LanceStore:
                 if unreachable(exc):   # LanceDB retried it already
                     raise StoreError(f"the store does not answer ({_open_failure(exc)}); nothing accepted is lost: "
                                      "it stays in the journal and is written when the store answers again") from exc
+                if re.search(r"Append with different schema|fields did not match", text):   # not a conflict: no retry
+                    missing = re.search(r"missing=\[[^\]]*\]", text)
+                    raise StoreError(f"the store's table {getattr(table, 'name', '')!r} no longer has the columns this "
+                                     f"pager writes ({missing.group(0) if missing else _first_line(exc)}): a newer pager "
+                                     "migrated it; upgrade pager on this host (pip install -U pager) and restart this "
+                                     "process; nothing accepted is lost: it stays in the journal") from exc
                 if re.search(r"No space|Read-only|Permission", text):
                     raise StoreError(f"the store refused a write ({_first_line(exc)}); free disk space or fix "
                                      "permissions, nothing accepted is lost: it stays in the journal") from exc
@@ -740,6 +802,17 @@ class LanceStore:
                          "try again")
 
 
+def too_new(meta: dict[str, str]) -> int:
+    """The store's schema when it is newer than this pager can use, else 0. A newer release whose migrations
+    leave the store usable by older pagers (a column they may leave empty, as m008 was for v7) records in
+    meta `compatible_from`, the oldest schema whose pagers may still read and write it; without that, a
+    newer schema is refused, to open and to write (a host still on the older release during an upgrade)."""
+    version = int(meta.get("schema") or 1)
+    oldest = meta.get("compatible_from")
+    oldest_ok = int(oldest) if oldest and str(oldest).isdigit() else version
+    return version if version > SCHEMA_VERSION and oldest_ok > SCHEMA_VERSION else 0
+
+
 def embedders_of(dim: int) -> str:
     """The PAGER_EMBEDDER settings that make vectors of this size: what a store of that size was made with."""
     named = {128: "PAGER_EMBEDDER=wordllama, the default", 256: "PAGER_EMBEDDER=hash or wordllama:256",
@@ -867,16 +940,39 @@ def m006_vector_dims(store: LanceStore) -> None:
                          f"set PAGER_EMBEDDER to the embedder it was made with ({embedders_of(stored)}), "
                          "or use a new --home")
     schema = store._schemas()["pages"]
-    batches = []
-    for batch in table.search().limit(None).to_batches(4096):
-        rows = batch.to_pylist()
-        for row in rows:
-            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
-            row.update(_page_vectors(_cut(pieces, store.dim)))
-        batches.append(pa.Table.from_pylist(rows, schema=schema))
+    read = table.version
+    batches = [_cut_rows(batch.to_pylist(), stored, store.dim, schema) for batch in table.search().limit(None).to_batches(4096)]
     data = pa.concat_tables(batches) if batches else schema.empty_table()
     # one overwrite: a reader sees the old version or the new one, never a mix
-    store._tables["pages"] = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+    store._tables["pages"] = made = store.db.create_table("pages", data=data, schema=schema, mode="overwrite")
+    _pages_written_meanwhile(store, made, read, {(r["user"], r["session"], r["n"]) for r in data.select(
+        ["user", "session", "n"]).to_pylist()})
+
+
+def _cut_rows(rows: list[dict], stored: int, dim: int, schema):
+    """Page rows of `stored`-dim vectors at `dim` dims, as one Arrow table of the pages schema."""
+    import pyarrow as pa
+
+    for row in rows:
+        if stored != dim:
+            pieces = np.frombuffer(row["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, stored)
+            row.update(_page_vectors(_cut(pieces, dim)))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _pages_written_meanwhile(store: LanceStore, made, read: int, kept: set) -> None:
+    """An overwrite does not conflict with the commits it follows: pages another process stored between
+    m006's read and its overwrite (a process that migrated the store first and went on writing, both
+    started at once) would be gone. They are read from the version before the overwrite and added."""
+    before = made.version - 1
+    if before <= read:
+        return
+    old = store.db.open_table("pages")
+    old.checkout(before)
+    then = old.schema.field("vector").type.list_size
+    rows = [r for r in old.search().limit(None).to_list() if (r["user"], r["session"], r["n"]) not in kept]
+    if rows:
+        made.add(_cut_rows(rows, then, store.dim, made.schema))
 
 
 def _cut(vectors: np.ndarray, dim: int) -> np.ndarray:

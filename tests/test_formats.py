@@ -14,7 +14,7 @@ from pager import journal
 from pager.cli.app import app
 from pager.config import Config
 from pager.embed import HashEmbedder
-from pager.errors import InputError
+from pager.errors import InputError, StoreError
 from pager.home import Home, Snapshot
 from pager.search import INDEX_FORMAT
 from pager.store import MIGRATIONS, SCHEMA_VERSION
@@ -102,7 +102,10 @@ def test_a_journal_frame_newer_than_this_pager_is_kept_for_it_not_replayed(tmp_p
           "role": "user", "date": "", "ts": 1.0, "ref": "", "key": ""}
     body = json.dumps({"v": journal.VERSION + 1, "ops": [op]}).encode()
     (folder / "dead-1-abc.wal").write_bytes(b"%s%08x %08x %s\n" % (journal.RS, len(body), __import__("zlib").crc32(body), body))
-    with Home(cfg, embedder=HashEmbedder()) as home:
-        assert any("newer than this pager" in w and "upgrade pager" in w for w in home.warnings), home.warnings
+    # kept where the pager that can read it recovers it (journal/damaged/ is read by no pager): nothing written
+    with pytest.raises(StoreError, match=f"journal v{journal.VERSION + 1}, written by a newer pager.*upgrade pager"):
+        Home(cfg, embedder=HashEmbedder())
+    assert (folder / "dead-1-abc.wal").exists() and not (folder / "damaged").exists()
+    with Home(cfg, embedder=HashEmbedder(), read_only=True) as home:   # a reader says so and reads the rest
         assert home.open("s").turn_count == 0
-    assert (folder / "damaged" / "dead-1-abc.wal").exists()  # kept for the pager that can read it
+        assert any("newer than this pager" in w and "upgrade pager" in w for w in home.warnings), home.warnings
