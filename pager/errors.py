@@ -43,6 +43,11 @@ class StoreError(PagerError):
     """The disk (LanceDB or the journal) refused or is damaged."""
 
 
+class LeaseLapsed(StoreError):
+    """This home's lease of a session ran out by its own clock while a write was under way (a slow store,
+    a stall): nothing of the write went in under it. Taken again and tried again before it is said."""
+
+
 class NewerStore(StoreError):
     """The store was made, or migrated, by a newer pager than this one: upgrade pager to use it."""
 

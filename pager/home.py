@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .config import Config, name_problem
 from .embed import Embedder, make_embedder
-from .errors import ConfigError, InputError, LeaseHeld, NewerStore, StoreError
+from .errors import ConfigError, InputError, LeaseHeld, LeaseLapsed, NewerStore, StoreError
 from .journal import Journal, read_segment
 from .lease import Leases
 from .recovery import follow
@@ -631,7 +631,7 @@ class Home:
     def _refuse_lapsed(self, sessions) -> None:
         for s in sessions:
             if self.leases.left(s.user, s.name) <= 0:
-                raise StoreError(f"session {s.name!r}: this home's lease ran out before the message was written "
+                raise LeaseLapsed(f"session {s.name!r}: this home's lease ran out before the message was written "
                                  f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
                                  "nothing of it was accepted: send it again, or raise PAGER_LEASE_S for a slow store")
 
@@ -741,17 +741,22 @@ class Home:
         if self.read_only:
             return
         with self._mutex:
-            parts = {s: s.take_pending() for s in self.sessions.values()}
-            try:
-                wrote = self._write_parts(parts)
-            except Exception as exc:
-                # kept for the next try (the journal has them too, but its segment goes at the next
-                # flush that succeeds): a lease check the store could not answer loses nothing either
-                for s, part in parts.items():
-                    s.pending = part.merged(s.pending)
-                if isinstance(exc, NewerStore):
-                    self._newer = str(exc)   # no flush of this process can succeed: take nothing more in
-                raise
+            for attempt in range(1, self.PLAN_TRIES + 1):
+                parts = {s: s.take_pending() for s in self.sessions.values()}
+                try:
+                    wrote = self._write_parts(parts)
+                    break
+                except Exception as exc:
+                    # kept for the next try (the journal has them too, but its segment goes at the next
+                    # flush that succeeds): a lease check the store could not answer loses nothing either
+                    for s, part in parts.items():
+                        s.pending = part.merged(s.pending)
+                    if isinstance(exc, NewerStore):
+                        self._newer = str(exc)   # no flush of this process can succeed: take nothing more in
+                    if not isinstance(exc, LeaseLapsed) or attempt == self.PLAN_TRIES:
+                        raise
+                    # the fence stopped it: _write_parts takes the lease again (or finds another home took it,
+                    # and holds the session's records back); what went in before the fence is not written twice
             if wrote:
                 self.flushes += 1
                 if self.flushes % self.config.compact_every == 0:
@@ -831,7 +836,7 @@ class Home:
         for s in [s for s, part in parts.items() if part]:
             left = self.leases.left(s.user, s.name)
             if left <= 0:
-                raise StoreError(f"session {s.name!r}: this home's lease ran out while its flush was under way "
+                raise LeaseLapsed(f"session {s.name!r}: this home's lease ran out while its flush was under way "
                                  f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
                                  "nothing accepted is lost: it stays in the journal and is written when the lease is "
                                  "held again; raise PAGER_LEASE_S for a slow store")
