@@ -105,6 +105,21 @@ def test_a_live_newer_pagers_journal_stops_this_ones_writes(tmp_path):
     assert segment.exists()
 
 
+def _host_a(tmp_path, request, where: str) -> tuple[str, Config]:
+    """(the store's URI, host A's config) for a store on disk or on the local S3 server."""
+    env, uri = ({}, str(tmp_path / "store")) if where == "disk" else request.getfixturevalue("s3")
+    return uri, Config.load(env={**env, **ENV}, home=tmp_path / "a", db=uri, budget=2048, lease_idle_s=0)
+
+
+def _six_flushed(home: Home):
+    """Session "s" of host A with six turns in the store, written before the upgrade."""
+    s = home.open("s")
+    for i in range(6):
+        s.append("ann", f"before the upgrade {i}")
+    home.flush()
+    return s
+
+
 MIGRATE_UNDER = {
     # a newer release's migration as it would run on another host: a column this pager does not write ...
     "a column": "st._tables['turns'].add_columns({'lang': \"CAST('' AS STRING)\"})\n"
@@ -123,13 +138,9 @@ def test_a_store_a_newer_pager_migrates_under_a_running_process_stops_its_writes
     /root/.cargo/…" (a column), or succeeded, writing rows under the newer schema (a table). Now A's next
     flush is refused in one line naming the fix, A takes nothing more in, and every turn it acknowledged
     is in the store or in its journal for its restart under the newer pager."""
-    env, uri = ({}, str(tmp_path / "store")) if where == "disk" else request.getfixturevalue("s3")
-    cfg = Config.load(env={**env, **ENV}, home=tmp_path / "a", db=uri, budget=2048, lease_idle_s=0)
+    uri, cfg = _host_a(tmp_path, request, where)
     home = Home(cfg, embedder=HashEmbedder())
-    s = home.open("s")
-    for i in range(6):
-        s.append("ann", f"before the upgrade {i}")
-    home.flush()
+    s = _six_flushed(home)
     code = (f"from pager.store import LanceStore\nst = LanceStore({uri!r}, dim=256, storage_options="
             f"{cfg.storage_options!r})\n{MIGRATE_UNDER[change]}st._set_meta({{'schema': '{SCHEMA_VERSION + 1}', "
             "'migration:m009_newer': 'now'})\n")
@@ -291,13 +302,9 @@ def test_a_newer_migration_declared_usable_by_older_pagers_lets_them_go_on(tmp_p
     m008_piece_tokens was for the release before it): the newer release records `compatible_from` in the
     store's meta, and a host still on this release keeps writing, and opens the store again, while the
     others are upgraded. Without the record (above) it refuses."""
-    env, uri = ({}, str(tmp_path / "store")) if where == "disk" else request.getfixturevalue("s3")
-    cfg = Config.load(env={**env, **ENV}, home=tmp_path / "a", db=uri, budget=2048, lease_idle_s=0)
+    uri, cfg = _host_a(tmp_path, request, where)
     with Home(cfg, embedder=HashEmbedder()) as home:
-        s = home.open("s")
-        for i in range(6):
-            s.append("ann", f"before the upgrade {i}")
-        home.flush()
+        s = _six_flushed(home)
         code = (f"import pyarrow as pa\nfrom pager.store import LanceStore\nst = LanceStore({uri!r}, dim=256, "
                 f"storage_options={cfg.storage_options!r})\n"
                 "st._tables['turns'].add_columns(pa.field('lang', pa.string()))\n"
