@@ -632,8 +632,8 @@ class Home:
         for s in sessions:
             if self.leases.left(s.user, s.name) <= 0:
                 raise LeaseLapsed(f"session {s.name!r}: this home's lease ran out before the message was written "
-                                 f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
-                                 "nothing of it was accepted: send it again, or raise PAGER_LEASE_S for a slow store")
+                                  f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
+                                  "nothing of it was accepted: send it again, or raise PAGER_LEASE_S for a slow store")
 
     def _check_not_lost(self, s) -> None:
         """This home just took a session's lease it had held before it lapsed (a stall, a network cut
@@ -837,9 +837,9 @@ class Home:
             left = self.leases.left(s.user, s.name)
             if left <= 0:
                 raise LeaseLapsed(f"session {s.name!r}: this home's lease ran out while its flush was under way "
-                                 f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
-                                 "nothing accepted is lost: it stays in the journal and is written when the lease is "
-                                 "held again; raise PAGER_LEASE_S for a slow store")
+                                  f"(the store took longer than PAGER_LEASE_S, {self.config.lease_s:g} s, to answer); "
+                                  "nothing accepted is lost: it stays in the journal and is written when the lease is "
+                                  "held again; raise PAGER_LEASE_S for a slow store")
 
     def _verify_written(self, parts: dict) -> None:
         """After a flush: the store holds this home's turns at their numbers. Another home's may hold them
