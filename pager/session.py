@@ -808,9 +808,9 @@ class Session:
         """Have the bookmark or memory model name the pages this process sealed since its last full batch
         (fewer than a batch): what a session does before it is let go (the end of `pager chat`, a
         Toolkit's close, `pager serve` closing a session; your own loop over `Agent`, before its trace
-        ends and the home closes, which calls no model). No other process
-        names them: each names the pages it seals. A write the store or the lease refuses is said once
-        and is an event, like a failing model: the turns are durable and stay."""
+        ends and the home closes, which calls no model). No other process names them: each names the
+        pages it seals. A write the store or the lease refuses is said once and is an event, like a
+        failing model: the turns are durable and stay."""
         if not self.unwritten or self.home.writer is None:
             return
         pages = list(self.unwritten)
