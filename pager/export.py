@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import InputError, StoreError
-from .fsck import NUMBERED_OVER, durable_turns
+from .fsck import NEWER, NUMBERED_OVER, durable_turns
 
 
 def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
@@ -18,6 +18,8 @@ def export_turns(home, user: str, session: str, out: Path | TextIO) -> int:
     clashes = [p for p in problems if p.endswith(NUMBERED_OVER)]
     if clashes:  # one number, two messages: writing either alone would leave an acknowledged one out
         raise StoreError(f"session {session!r} cannot be exported whole: {clashes[0]}")
+    if home.journal.newer:   # records this pager cannot read: the export would leave them out without a word
+        raise StoreError(f"session {session!r} cannot be exported whole: {NEWER.format(home.journal.newer)}")
     lines = []
     for t in turns:
         record = {"speaker": t.speaker, "role": t.role, "text": t.text, "date": t.date, "ts": t.ts, "ref": t.ref}

@@ -32,6 +32,10 @@ NUMBERED_OVER = ("; if a process of this home died holding the second, another h
                  "any command that writes from this home (`pager migrate`) recovers it, kept after the last turn")
 
 
+NEWER = ("a journal of this home holds records of journal v{}, written by a newer pager, which this one cannot "
+         "read (they may be turns of this session): run the newer pager on this home once, and it stores them")
+
+
 def durable_turns(home, user: str, session: str, problems: list[str] | None = None, after: int = 0,
                   journal_only: set[int] | None = None) -> list[Turn]:
     """Every turn of the session (after turn `after`) the store or a journal holds, by number (one each);
@@ -63,6 +67,8 @@ def check(home, user: str, session: str) -> Report:
     problems = report.problems
     unflushed: set[int] = set()
     turns = durable_turns(home, user, session, problems, journal_only=unflushed)
+    if home.journal.newer:
+        problems.append(NEWER.format(home.journal.newer))
     report.turns = len(turns)
     numbers = [t.turn for t in turns]
     if numbers != list(range(1, len(turns) + 1)):

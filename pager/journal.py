@@ -209,6 +209,7 @@ class Journal:
         self._fd = -1
         self.path: Path | None = None
         self.written = 0
+        self.newer = 0   # the newest journal version above VERSION a read found (a reader skips those frames)
         self._deferred = threading.local()   # a thread inside deferred(): its frames are fsync'd at the end
         self._fd_lock = threading.Lock()     # sync() from another thread never meets a segment being rotated
         if read_only or lazy:
@@ -384,7 +385,9 @@ class Journal:
         """A segment holding frames of a newer pager (a host downgraded, or a newer pager running beside this
         one on the home): this pager cannot read their records, so a writer would number over their turns
         and recovery would set the segment aside where no pager reads it again. A writer refuses; the
-        segment stays where it is, for the newer pager to recover. A reader says so and reads the rest."""
+        segment stays where it is, for the newer pager to recover. A reader says so and reads the rest
+        (`newer` tells an export or a check that it is not the whole session)."""
+        self.newer = max(self.newer, read.newer)
         if read.newer and not self.read_only:
             raise StoreError(f"the journal {path} holds records of journal v{read.newer}, written by a newer pager "
                              f"(this one reads v{VERSION}); nothing is written until that pager has recovered them: "
