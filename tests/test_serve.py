@@ -896,6 +896,19 @@ def test_rest_search_marks_each_hit_kind_with_the_tiers_and_refuses_a_bad_k(open
             assert r.json()["error"]["param"] == "k" and "whole number" in r.json()["error"]["message"]
 
 
+def test_a_session_holding_only_a_working_state_is_listed_and_read_alike(keyed):
+    """A state set through the library before any turn: GET /sessions listed the session (0 turns) while
+    GET /sessions/{name}/state answered 404 "no session"; both now see it, and only for its tenant."""
+    engine = keyed.server.engine
+    engine.call(lambda: engine.open("acme", "prefs").set_state("diet", "vegetarian"), tenant="acme", name="prefs")
+    with keyed.http(keyed.key_a) as a, keyed.http(keyed.key_b) as b:
+        listed = {r["session"]: r["turns"] for r in a.get("/sessions").json()["data"]}
+        assert listed.get("prefs") == 0, listed
+        r = a.get("/sessions/prefs/state")
+        assert r.status_code == 200 and r.json()["state"]["diet"]["value"] == "vegetarian", r.text
+        assert b.get("/sessions/prefs/state").status_code == 404
+
+
 def test_state_facts_and_summaries_over_rest_reach_only_their_tenant(keyed):
     from pager.facts import Draft
 
