@@ -166,7 +166,7 @@ def write_report(path: Path, text: str, flag: str) -> bool:
 def existing(home):
     """The configured session, or one line saying there is none by that name and where to look."""
     s = home.open()
-    if not s.turn_count and not s.state.changes:   # a working state set before any turn is a session too
+    if not s.begun:
         raise _not_found(home, s.user, s.name)
     return s
 

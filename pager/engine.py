@@ -195,10 +195,10 @@ class Engine:
         """Whether the tenant has this session (open here, or in the store, other homes' too): turns, or a
         working state set before any turn, as `GET /sessions` lists it."""
         s = self.home.sessions.get((tenant, name))
-        if s is not None and (s.turn_count or s.state.changes):
+        if s is not None and s.begun:
             return True
         self._look_again()
-        return self.home.store.turn_count(tenant, name) > 0 or bool(self.home.store.state_changes(tenant, name))
+        return self.home.stored(tenant, name)
 
     def read(self, tenant: str, name: str) -> Session:
         """The session for a reader, with what other processes of this home made durable since and, unless
@@ -215,7 +215,7 @@ class Engine:
         self._look_again()
         found = {r["session"]: r for r in self.home.session_rows(journals=False) if r["user"] == tenant}
         for (user, name), s in self.home.sessions.items():
-            if user == tenant and (s.turn_count or s.state.changes) and s.turn_count >= found.get(name, {}).get("turns", 0):
+            if user == tenant and s.begun and s.turn_count >= found.get(name, {}).get("turns", 0):
                 found[name] = {"user": user, "session": name, "turns": s.turn_count, "pages": s.page_count}
         return [{"session": r["session"], "turns": r["turns"], "pages": r["pages"]} for _, r in sorted(found.items())]
 

@@ -289,9 +289,13 @@ class Home:
             if mutex is not None and not mutex.locked():   # every user of it holds self._mutex
                 del self._lock_mutexes[key]
 
+    def stored(self, user: str, session: str) -> bool:
+        """Whether the store holds the session: turns, or a working state set before any turn."""
+        return bool(self.store.turn_count(user, session) or self.store.state_changes(user, session))
+
     def exists(self, user: str, session: str) -> bool:
         """Whether the session holds anything, in the store or in a journal."""
-        if self.store.turn_count(user, session) or self.store.state_changes(user, session):
+        if self.stored(user, session):
             return True
         return any(op["user"] == user and op["session"] == session for op in self.journal.read_new({}))
 
@@ -475,7 +479,7 @@ class Home:
         rows = {(r["user"], r["session"]): r for r in listing}
         for s in sessions:
             counts = _lock_counts(self._lock_path(s.user, s.name))
-            if (s.turn_count or s.state.changes) and counts is not None and counts[0] == s.turn_count and not counts[2]:
+            if s.begun and counts is not None and counts[0] == s.turn_count and not counts[2]:
                 rows[s.key()] = {"user": s.user, "session": s.name, "turns": s.turn_count, "pages": s.page_count,
                                  "counts": counts}
         path = self._listing_path()

@@ -143,6 +143,11 @@ class Session:
         """The session's pages: the sealed ones, and the open tail page when it holds anything."""
         return len(self.pages) + (1 if self.packer.pieces else 0)
 
+    @property
+    def begun(self) -> bool:
+        """Whether the session holds anything: a turn, or a working state set before any turn."""
+        return bool(self.turn_count or self.state.changes)
+
     def key(self) -> tuple[str, str]:
         return (self.user, self.name)
 

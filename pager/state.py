@@ -54,8 +54,9 @@ class Change:
 
 def check(key: str, value: str | None) -> tuple[str, str]:
     """The key normalized and the value trimmed; InputError says what is wrong."""
-    if "\x00" in key or (value is not None and "\x00" in str(value)):
-        raise InputError(f"a state {'key' if chr(0) in key else 'value'} contains a NUL character; send it without one")
+    for name, text in (("key", key), ("value", value or "")):
+        if "\x00" in str(text):
+            raise InputError(f"a state {name} contains a NUL character; send it without one")
     k = normal_key(key)
     if not k:
         raise InputError("a state key needs a word or two, like 'home city'")
