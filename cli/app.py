@@ -364,12 +364,14 @@ def chat(
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of sealed pages (or $PAGER_BOOKMARK_MODEL); none: offline keywords only"),
     memory_model: Optional[str] = typer.Option(None, "--memory-model", help="litellm model that writes bookmarks, facts and working-state changes of sealed pages, one call per batch (or $PAGER_MEMORY_MODEL); none: offline memory only"),
     new: bool = typer.Option(False, "--new", help="start the session even if another PAGER_USER of the store has one by that name"),
+    paging: Optional[str] = typer.Option(None, "--paging", help="tools: the model pages through tools too; automatic: pager pages alone (small or slow models); auto (default): by the model (or $PAGER_PAGING)"),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="URL of the model's server, e.g. http://127.0.0.1:8080/v1 for a local llama.cpp server (or $PAGER_API_BASE)"),
 ) -> None:
     """Talk to an agent whose memory is paged: the REPL."""
     from pager.cli.chat import run
 
     run(load_config(ctx, session=session, model=model, budget=budget, policy=policy, bookmark_model=bookmark_model,
-                    memory_model=memory_model), new=new)
+                    memory_model=memory_model, paging=paging, api_base=api_base), new=new)
 
 
 @command()

@@ -196,7 +196,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
         if model_name == OFFLINE:
             model = HandlerModel(OfflineShell(), OFFLINE, output_tokens=config.output_tokens)
         else:
-            remote = LiteLLMModel(model_name, output_tokens=config.output_tokens)
+            remote = LiteLLMModel(model_name, output_tokens=config.output_tokens, api_base=config.api_base)
             remote.check()
             model = remote
         home.writer  # noqa: B018 - the bookmark (or memory) model's key is checked up front too
@@ -209,7 +209,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
         try:
             printer.start = dict(session.counters)   # /stats counts this chat, as its trace does
             begin(session, model_name, agent.budget)
-            _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier)
+            _banner(console, session, config, model_name, writer.path, agent.budget, agent.tier, agent.paging)
             for line in lines_from(stream, interactive, home):
                 line = line.strip()
                 if not line:
@@ -240,7 +240,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
 
 
 def _banner(console: Console, session: Session, config: Config, model_name: str, trace, budget: int,
-            tier: str = "full") -> None:
+            tier: str = "full", paging: str = "tools") -> None:
     console.rule(Text(f"pager chat · session {session.name!r}"))
     if model_name == OFFLINE:
         console.print("[yellow]No LLM configured[/]: this is the offline memory shell. It searches, pages in and "
@@ -251,7 +251,11 @@ def _banner(console: Console, session: Session, config: Config, model_name: str,
     lowered = f" (lowered from {config.budget} to fit the model)" if budget < config.budget else ""
     console.print(Text(f"{state} · budget {budget} tokens{lowered} · {session.page_tokens}-token pages · "
                        f"policy {session.policy.name} · trace {trace}"))
-    if tier != "full":
+    if paging == "automatic":
+        why = "as set" if config.paging == "automatic" else "the default for a local or small model"
+        console.print(f"paging: automatic only, no tools ({why}); pager faults in what each message needs; "
+                      "--paging tools offers the model the paging tools too", highlight=False)
+    elif tier != "full":
         console.print(f"a small budget: the short system prompt{', no tools' if tier == 'bare' else ', compact tools'}; "
                       "automatic paging still brings in what each message needs", highlight=False)
     console.print("type a message, or /help\n")

@@ -14,12 +14,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pager.prompts import load
+from pager.prompts import load, render
 from pager.tools import MODEL, Dispatcher
 
+from . import textcalls
 from .context import MAP_FLOOR, MESSAGE_OVERHEAD, REPLY_PRIMING, SEPARATOR, build, message_tokens, size_frames
 from .errors import BudgetError, ModelError
-from .llm import ContextOverflow
+from .llm import ContextOverflow, local_server
 from .model import Model
 from .session import Session
 
@@ -112,14 +113,36 @@ def minimum_budget(session: Session, dispatcher: Dispatcher = MODEL) -> int:
     return _need(session, TIERS[-1], dispatcher)[0]
 
 
-def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int) -> tuple[str, str, list[dict]]:
-    """(tier, system prompt, tool schemas): the richest tier the budget holds."""
-    for tier in TIERS:
-        need, prefix, tools = _need(session, tier, dispatcher)
+def fixed_regions(session: Session, dispatcher: Dispatcher, budget: int,
+                  tools: bool = True) -> tuple[str, str, list[dict]]:
+    """(tier, system prompt, tool schemas): the richest tier the budget holds (without tools: the bare one)."""
+    for tier in TIERS if tools else TIERS[-1:]:
+        need, prefix, schemas = _need(session, tier, dispatcher)
         if budget >= need:
-            return tier[0], prefix, tools
+            return tier[0], prefix, schemas
     raise BudgetError(f"a budget of {budget:,} tokens cannot hold a prompt, the open page and one page of memory "
                       f"of {session.page_tokens} tokens and a message; raise --budget to at least {need:,}")
+
+
+# -- who pages: the model through tools too, or pager alone ----------------------------------------------------
+# A model on this machine's CPU takes about a minute per step over a 2K prompt (Qwen2.5 1.5B, 2 cores), and
+# a small model offered tools mostly writes calls as text, to tools that do not exist; automatic paging has
+# already faulted in what the message's words find. So a model served from loopback, from a local runtime,
+# or named as 3B parameters or fewer, answers from automatic paging alone unless told otherwise
+# (BENCHMARKS.md, "Answers from a local model", measures both modes).
+LOCAL_PROVIDERS = ("ollama/", "ollama_chat/", "llamafile/", "lm_studio/", "llama_cpp/", "hosted_vllm/")
+SMALL_MODEL = re.compile(r"(?<![\d.])(0\.\d+|[1-3](\.\d+)?)b(?![a-z])", re.I)   # 0.5b, 1.5B, 3b
+PAGING = {"tools": "automatic paging and the paging tools", "automatic": "automatic paging only (no tools)"}
+CALL_RETRIES = 2   # replies per message holding tool calls pager cannot run, answered with a note, before it gives up
+
+
+def default_paging(model: str, api_base: str = "") -> str:
+    """"tools" or "automatic" for a model, when the setting is auto (see above)."""
+    if not model or model.startswith("pager/"):
+        return "tools"
+    small = model.startswith(LOCAL_PROVIDERS) or bool(api_base and local_server(api_base)) \
+        or bool(SMALL_MODEL.search(model.rsplit("/", 1)[-1]))
+    return "automatic" if small else "tools"
 
 
 # -- echoes of pager's own text in a reply ------------------------------------------------------------------------
@@ -163,21 +186,35 @@ def unecho(text: str, sent: str, own: set[str]) -> tuple[str, int]:
 
 class Agent:
     def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
-                 max_steps: int | None = None, speaker: str = "user") -> None:
+                 max_steps: int | None = None, speaker: str = "user", paging: str | None = None) -> None:
         cfg = session.home.config
         self.session, self.model, self.dispatcher = session, model, dispatcher
         self.max_steps = max_steps or cfg.max_steps
         self.speaker = speaker
         window = model.window() - model.output_tokens
         self.budget = min(cfg.budget, window) if window > 0 else cfg.budget
-        self.tier, self.prefix, self.tools = fixed_regions(session, dispatcher, self.budget)
-        self.tool_tokens = _tool_tokens(session, self.tools)
+        self.paging = paging or (cfg.paging if cfg.paging != "auto" else default_paging(cfg.model or model.name,
+                                                                                         cfg.api_base))
+        self._regions(self.budget)
         self.on_context = lambda ctx: None   # replay and `trace show` look at each assembled context
         self._ts = 0.0
         self._reply_key: Callable[[str], str] | None = None
         self._instructions = ""
         self._client_tools: list[dict] = []
         self._shortened: set[int] = set()   # this message's tool results already cut to a note (by id())
+
+    def _regions(self, budget: int) -> None:
+        self.tier, self.prefix, self.tools = fixed_regions(self.session, self.dispatcher, budget,
+                                                           tools=self.paging == "tools")
+        self.tool_tokens = _tool_tokens(self.session, self.tools)
+
+    def use_paging(self, paging: str) -> None:
+        """Page through tools too ("tools") or automatically only ("automatic"), from the next message on."""
+        if paging not in PAGING:
+            raise ValueError(f"unknown paging {paging!r}; choose one of {', '.join(PAGING)}")
+        if paging != self.paging:
+            self.paging = paging
+            self._regions(self.budget)
 
     def ask(self, text: str, key: str = "", reply_key: Callable[[str], str] | None = None, instructions: str = "",
             tools: list[dict] | None = None, resume: list[dict] | None = None) -> Reply:
@@ -192,7 +229,8 @@ class Agent:
         self._check_fits(text)
         ts = s.clock()
         extra = {k: v for k, v in (("key", key), ("instructions", instructions), ("tools", self._client_tools),
-                                   ("resume", list(resume or []))) if v}
+                                   ("resume", list(resume or [])),
+                                   ("paging", "" if self.paging == "tools" else self.paging)) if v}
         s.emit("user", text=text, ts=ts, speaker=self.speaker, **extra)
         turn = s.append(self.speaker, text, role="user", ts=ts, origin="agent", key=key)
         self.last_turn = turn.turn  # the turn that holds the user's message, once it is durable
@@ -201,7 +239,7 @@ class Agent:
         self._shortened = set()
         calls: list[dict] = []
         budget = self.budget
-        step = 0
+        step = unread = 0
         while step < self.max_steps:
             step += 1
             try:
@@ -220,25 +258,41 @@ class Agent:
                 if budget < minimum_budget(s, self.dispatcher):
                     return self._fail(step, calls, "the model's window is too small even for one page and a message")
                 # the fixed regions shrink with the budget, as they would have at this budget from the start
-                self.tier, self.prefix, self.tools = fixed_regions(s, self.dispatcher, budget)
-                self.tool_tokens = _tool_tokens(s, self.tools)
+                self._regions(budget)
                 step -= 1
                 continue
             except ModelError as exc:
                 return self._fail(step, calls, str(exc))
             s.emit("model_reply", step=step, text=reply.text, tool_calls=reply.tool_calls, retries=reply.retries,
                    **({"truncated": True} if reply.truncated else {}))   # replay cuts it as the model did
-            if not reply.tool_calls:
+            said, asked = reply.text, reply.tool_calls
+            if not asked:
+                reading = textcalls.read(reply.text, self._offered(), step)
+                if reading.calls and (self.tools or self._client_tools):   # written as text, run as sent: the trace says which
+                    s.emit("calls_in_text", step=step, form=reading.form, calls=reading.calls)
+                    said, asked = reading.text, reading.calls
+                elif reading.calls or reading.malformed:   # never shown as an answer: the model is told why
+                    reason = reading.malformed or "tools are off"
+                    s.emit("reply_unread", step=step, reason=reason, form=reading.form, retry=unread < CALL_RETRIES)
+                    if unread >= CALL_RETRIES:
+                        return self._fail(step, calls, f"the model wrote tool calls as text {unread + 1} times instead "
+                                                       "of answering (the trace holds them); ask again, or use a "
+                                                       "larger model")
+                    unread += 1
+                    scratch += [{"role": "assistant", "content": reply.text},
+                                {"role": "user", "content": self._unread_note(reason)}]
+                    continue
+            if not asked:
                 text_out, cut = self._unecho(reply.text, ctx, scratch, step)
                 done = self._finish(text_out, step, calls)
                 done.truncated, done.unechoed = reply.truncated, cut
                 return done
-            scratch.append({"role": "assistant", "content": reply.text or None, "tool_calls": [
+            scratch.append({"role": "assistant", "content": said or None, "tool_calls": [
                 {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in reply.tool_calls]})
-            theirs = [c for c in reply.tool_calls if c["name"] not in self.dispatcher.functions
+                for c in asked]})
+            theirs = [c for c in asked if c["name"] not in self.dispatcher.functions
                       and c["name"] in self._client_names()]
-            for call in reply.tool_calls:
+            for call in asked:
                 if call in theirs:
                     continue
                 s.emit("tool_call", step=step, id=call["id"], name=call["name"], arguments=call["arguments"])
@@ -249,7 +303,7 @@ class Agent:
             if theirs:   # pager's own calls of this step are done; the caller runs its own and comes back
                 s.emit("client_calls", step=step, calls=[{"id": c["id"], "name": c["name"]} for c in theirs])
                 self.session.write_memory()
-                return Reply(reply.text, step, calls, client_calls=theirs)
+                return Reply(said, step, calls, client_calls=theirs)
         s.emit("step_limit", steps=self.max_steps)
         text = (f"(stopped after {self.max_steps} model calls without a final answer; "
                 "raise max_steps or ask more narrowly)")
@@ -268,6 +322,16 @@ class Agent:
         if cut:
             self.session.emit("reply_unechoed", step=step, lines=cut)
         return kept, cut
+
+    def _offered(self) -> set[str]:
+        """The tool names of this message: pager's and the caller's (a text call may name either)."""
+        return {t["function"]["name"] for t in self.tools} | self._client_names() | set(self.dispatcher.functions)
+
+    def _unread_note(self, reason: str) -> str:
+        if not self.tools and not self._client_tools:
+            return load("no_tools").strip()
+        names = [t["function"]["name"] for t in self.tools] + sorted(self._client_names())
+        return render("call_unread", reason=reason, tools=", ".join(names)).strip()
 
     def _client_names(self) -> set[str]:
         return {t.get("function", {}).get("name") for t in self._client_tools}

@@ -39,7 +39,13 @@ ENV = {
     "PAGER_LEASE_S": "lease_s",
     "PAGER_LEASE_WAIT_S": "lease_wait_s",
     "PAGER_LEASE_IDLE_S": "lease_idle_s",
+    "PAGER_PAGING": "paging",
+    "PAGER_API_BASE": "api_base",
 }
+
+PAGING = ("auto", "tools", "automatic")
+# the variables litellm itself reads for an openai/… model's server: the same URL, so the paging default sees it
+OPENAI_BASE_ENV = ("OPENAI_API_BASE", "OPENAI_BASE_URL")
 
 # The usual AWS variables → LanceDB storage option, read here so no other module reads the
 # environment; PAGER_S3_* settings win over them. (LanceDB's object store reads AWS_* itself too.)
@@ -94,6 +100,8 @@ class Config:
     supersede: bool = True       # a page saying a value changed ranks above the page it updates (search.Index.supersedes)
     weak_similarity: float = 0.4  # a search hit holding no word of the query and nearer than this by meaning only is weak; 0: none
     max_steps: int = 8           # model calls per user message before the loop stops
+    paging: str = "auto"         # tools (the model pages through tools too), automatic (pager alone), auto: by the model
+    api_base: str = ""           # the model server's URL (a local llama.cpp or vLLM server); empty: the provider's own
     flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
@@ -164,6 +172,9 @@ class Config:
         if self.memory_model and self.bookmark_model and self.memory_model != self.bookmark_model:
             raise ConfigError("the memory model writes the bookmarks too, in the same call; give --memory-model "
                               "(PAGER_MEMORY_MODEL) alone, or drop it for --bookmark-model")
+        if self.paging not in PAGING:
+            raise ConfigError(f"unknown paging {self.paging!r}; choose tools (the model pages through tools), "
+                              "automatic (pager pages alone, for small or slow models) or auto (decided by the model)")
         if self.bookmark_batch < 1:
             raise ConfigError(f"bookmark_batch {self.bookmark_batch} must be 1 or more")
         if self.db and "://" in self.db and not self.db.startswith("file://"):
@@ -238,6 +249,9 @@ class Config:
         if aws:
             values["aws"] = tuple(sorted(aws.items()))
         values.update({k: v for k, v in flags.items() if v is not None})
+        if not values.get("api_base") and any(str(values.get(k, "")).startswith("openai/")
+                                              for k in ("model", "memory_model", "bookmark_model")):
+            values["api_base"] = next((source[v] for v in OPENAI_BASE_ENV if source.get(v)), "")
         return cls(**values)
 
 

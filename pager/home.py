@@ -211,14 +211,16 @@ class Home:
             if self.config.memory_model:
                 from .memory import MemoryWriter
 
-                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0)
+                model = LiteLLMModel(self.config.memory_model, output_tokens=2048, attempts=2, timeout=60.0,
+                                     api_base=self.config.api_base)
                 # a missing key is one line naming the variable, before anything is accepted
                 model.check("drop --memory-model (PAGER_MEMORY_MODEL) for offline memory only")
                 self._writer = MemoryWriter(model, self.config.bookmark_batch)
             else:
                 from .writer import BookmarkWriter
 
-                model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3)
+                model = LiteLLMModel(self.config.bookmark_model, output_tokens=1024, attempts=3,
+                                     api_base=self.config.api_base)
                 model.check("drop --bookmark-model (PAGER_BOOKMARK_MODEL) for offline keywords only")
                 self._writer = BookmarkWriter(model, self.config.bookmark_batch)
         return self._writer

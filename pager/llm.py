@@ -23,6 +23,7 @@ from typing import Callable
 from .errors import ConfigError, ModelError
 
 DEFAULT_WINDOW = 128_000  # context window assumed for models litellm does not know
+LOCAL_TIMEOUT = 900.0     # seconds a model served on this machine may take for one reply (2 cores: ~60 s per 2K prompt)
 OFFLINE = "pager/offline"
 
 _lock = threading.Lock()
@@ -90,6 +91,14 @@ def known_key(model: str) -> str:
     return next((key for start, key in KEYS if model.startswith(start)), "")
 
 
+def local_server(api_base: str) -> bool:
+    """Whether the model's server is on this machine (loopback): a model run on its CPU, slow per step."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(api_base if "://" in api_base else f"http://{api_base}").hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def check_known_key(model: str, otherwise: str = "run without --model for the offline memory shell") -> None:
     """Fail in one line when a well-known provider's key is missing: said before litellm's import
     (seconds), as its validate_environment would say it after."""
@@ -133,10 +142,13 @@ class LiteLLMModel:
     """One model string, with retries for transient provider errors."""
 
     def __init__(self, name: str, output_tokens: int = 1024, attempts: int = 5, backoff: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep, timeout: float = 120.0) -> None:
+                 sleep: Callable[[float], None] = time.sleep, timeout: float = 120.0, api_base: str = "") -> None:
         self.name = name
         self.output_tokens = output_tokens
         self.attempts, self.backoff, self.sleep, self.timeout = attempts, backoff, sleep, timeout
+        self.api_base = api_base
+        if api_base and local_server(api_base):   # a model on this machine: a step over a long prompt takes minutes
+            self.timeout = max(timeout, LOCAL_TIMEOUT)
 
     @property
     def offline(self) -> bool:
@@ -147,6 +159,8 @@ class LiteLLMModel:
         if self.offline:
             return
         check_known_key(self.name, otherwise)
+        if self.api_base and self.name.startswith("openai/"):
+            return   # a server of the user's own (llama.cpp, vLLM): any key it was given is the key
         if not routable(self.name):   # every call would fail the same way: say so once, now
             raise ModelError(f"model {self.name!r} {UNROUTABLE}, or {otherwise}")
         try:
@@ -175,7 +189,8 @@ class LiteLLMModel:
             try:
                 # max_retries=0: pager's tries are the only ones (the provider's SDK retried each of them twice more)
                 response = lib.completion(model=self.name, messages=messages, tools=tools or None,
-                                          max_tokens=self.output_tokens, timeout=self.timeout, max_retries=0)
+                                          max_tokens=self.output_tokens, timeout=self.timeout, max_retries=0,
+                                          **({"api_base": self.api_base} if self.api_base else {}))
                 return _reply(response, attempt)
             except lib.ContextWindowExceededError as exc:
                 raise ContextOverflow(str(exc)) from exc

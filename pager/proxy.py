@@ -261,7 +261,7 @@ def load_models() -> None:
     register("offline", OfflineShell())   # `pager/offline` through litellm too
 
 
-def make_model(req: ChatRequest, body: dict, default_output: int, timeout: float):
+def make_model(req: ChatRequest, body: dict, default_output: int, timeout: float, api_base: str = ""):
     """The model the request names: the offline shell in process (no litellm), else litellm's."""
     from .llm import OFFLINE, LiteLLMModel
     from .model import HandlerModel
@@ -271,7 +271,7 @@ def make_model(req: ChatRequest, body: dict, default_output: int, timeout: float
     output = max(16, min(int(output), 32_768)) if isinstance(output, int) else default_output
     if req.model == OFFLINE_NAME:
         return HandlerModel(OfflineShell(), OFFLINE, output_tokens=output)
-    return LiteLLMModel(req.model, output_tokens=output, attempts=2, timeout=timeout)
+    return LiteLLMModel(req.model, output_tokens=output, attempts=2, timeout=timeout, api_base=api_base)
 
 
 def recorded_reply(s, question: str) -> str | None:
@@ -347,7 +347,7 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
                 "timing": {"engine_ms": round((time.perf_counter() - started) * 1000, 2), "model_ms": 0.0,
                            "wait_ms": round((started - queued) * 1000, 2)},
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-    model = make_model(req, body, engine.config.output_tokens, timeout)
+    model = make_model(req, body, engine.config.output_tokens, timeout, engine.config.api_base)
     unlocked = Unlocked(model, engine.lock)
     agent = Agent(s, unlocked, speaker=req.question.speaker)
     engine.trace(s, req.model, agent.budget)

@@ -305,7 +305,7 @@ def replay(path: Path, policy: str | None = None, check: bool = False,
             """The agent for the next message: a chat's one agent, or a new one per message as a server
             makes them (an overflow's smaller tier then lasts for that message only)."""
             if not agents or start.get("agent_per_message"):
-                agents[:] = [Agent(session, model, MODEL, speaker=speaker)]
+                agents[:] = [Agent(session, model, MODEL, speaker=speaker, paging="tools")]
                 agents[0].on_context = context_seen
             return agents[0]
 
@@ -352,6 +352,7 @@ def _feed(recorded, session, agent_factory, checker, run, check, policy, clock, 
         elif kind == "user":
             agent = agent_factory(event.get("speaker", "user"))
             agent.speaker = event.get("speaker", agent.speaker)   # a server's clients may name themselves
+            agent.use_paging(event.get("paging") or "tools")   # as the recording's agent paged (tools: not said)
             agent.ask(event["text"], key=event.get("key", ""), instructions=event.get("instructions", ""),
                       tools=event.get("tools"), resume=event.get("resume"))
         elif kind == "command":
