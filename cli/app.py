@@ -764,6 +764,56 @@ def bench_locomo(
         console.print(f"wrote {plot}")
 
 
+@bench_app.command("answers")
+@handles_errors
+def bench_answers(
+    data: Path = typer.Option(..., "--data", help="LoCoMo JSON (e.g. ../shared/data/locomo/locomo_dev.json)"),
+    model: str = typer.Option(..., "--model", help="litellm model that answers, e.g. openai/qwen with --api-base for a local server"),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="URL of the model's server (or $PAGER_API_BASE)"),
+    budget: list[int] = typer.Option([2048, 1024], "--budget", help="prompt budgets, repeatable"),
+    systems: str = typer.Option(",".join(("pager", "pager-tools", "recent", "bm25")), "--systems",
+                                help="comma-separated: pager, pager-tools, recent, bm25"),
+    conversations: str = typer.Option("conv-26,conv-30", "--conversations", help="comma-separated sample ids"),
+    questions: int = typer.Option(6, "--questions", min=1, help="cats 1-4 questions per conversation (a fixed hash order)"),
+    tools_budget: list[int] = typer.Option([], "--tools-budget", help="budgets at which pager-tools runs (default: every --budget)"),
+    tool_steps: int = typer.Option(4, "--tool-steps", min=1, help="model calls a question may take"),
+    output_tokens: int = typer.Option(96, "--output-tokens", min=8, help="the longest answer, in tokens"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="JSONL of answers: kept as they come, a rerun goes on from it"),
+    traces: Optional[Path] = typer.Option(None, "--traces", help="write each pager question's trace into this folder"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+) -> None:
+    """LoCoMo questions answered by a real model from each system's context under one budget; LoCoMo's F1."""
+    from rich.console import Console
+
+    from pager.bench import answers, need
+    from pager.config import Config
+    from pager.llm import LiteLLMModel
+
+    need("rank_bm25", "the BM25 baseline")
+    need("nltk", "LoCoMo's answer F1 (its Porter stemmer)")
+    asked = [s.strip() for s in systems.split(",") if s.strip()]
+    if not asked or (unknown := sorted(set(asked) - set(answers.SYSTEMS))):
+        raise InputError(f"--systems {systems!r}: unknown {', '.join(unknown) or 'none given'}; "
+                         f"choose from {', '.join(answers.SYSTEMS)}")
+    writable(json_path, "--json")
+    writable(cache, "--cache")
+    config = Config.load(api_base=api_base)
+    remote = LiteLLMModel(model, output_tokens=output_tokens, api_base=config.api_base, temperature=0.0, attempts=2)
+    remote.check("give --model a model you can reach")
+    console = Console(stderr=True)
+
+    def said(a, i: int, n: int) -> None:
+        mark = "crashed: " + a.crashed if a.crashed else "no answer: " + a.error if a.error else a.output
+        console.print(f"[{i}/{n}] {a.system} {a.budget} {a.conversation} cat {a.category} F1 {a.f1:.2f} "
+                      f"{a.seconds:.0f}s · {a.question[:60]} → {' '.join(mark.split())[:80]}", highlight=False)
+
+    report = answers.run(data, remote, budget, asked, [c.strip() for c in conversations.split(",") if c.strip()],
+                         questions, tool_steps, tools_budget or None, config, cache, traces, said)
+    Console().print(answers.table(report))
+    if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
+        Console().print(f"wrote {json_path}")
+
+
 @bench_app.command("scale")
 @handles_errors
 def bench_scale(

@@ -142,8 +142,10 @@ class LiteLLMModel:
     """One model string, with retries for transient provider errors."""
 
     def __init__(self, name: str, output_tokens: int = 1024, attempts: int = 5, backoff: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep, timeout: float = 120.0, api_base: str = "") -> None:
+                 sleep: Callable[[float], None] = time.sleep, timeout: float = 120.0, api_base: str = "",
+                 temperature: float | None = None) -> None:
         self.name = name
+        self.temperature = temperature   # None: the provider's default
         self.output_tokens = output_tokens
         self.attempts, self.backoff, self.sleep, self.timeout = attempts, backoff, sleep, timeout
         self.api_base = api_base
@@ -190,7 +192,8 @@ class LiteLLMModel:
                 # max_retries=0: pager's tries are the only ones (the provider's SDK retried each of them twice more)
                 response = lib.completion(model=self.name, messages=messages, tools=tools or None,
                                           max_tokens=self.output_tokens, timeout=self.timeout, max_retries=0,
-                                          **({"api_base": self.api_base} if self.api_base else {}))
+                                          **({"api_base": self.api_base} if self.api_base else {}),
+                                          **({"temperature": self.temperature} if self.temperature is not None else {}))
                 return _reply(response, attempt)
             except lib.ContextWindowExceededError as exc:
                 raise ContextOverflow(str(exc)) from exc

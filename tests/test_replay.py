@@ -20,10 +20,25 @@ runner = CliRunner()
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
 def test_every_sample_trace_replays_exactly(trace):
     first = json.loads(trace.read_text().splitlines()[0])
-    assert first["kind"] == "note" and "no LLM" in first["text"], "each trace opens with a note saying why"
+    said = "A real local model" if trace.stem.startswith("real_") else "no LLM"   # real_*: recorded with one
+    assert first["kind"] == "note" and said in first["text"], "each trace opens with a note saying why"
     result = runner.invoke(app, ["replay", str(trace), "--check"])
     assert result.exit_code == 0, result.output
     assert "reproduced exactly" in result.output
+
+
+def test_the_real_traces_hold_a_real_models_replies_and_its_recoveries():
+    real = {p.stem: [json.loads(line) for line in p.read_text().splitlines()] for p in TRACES if p.stem.startswith("real_")}
+    assert len(real) >= 3
+    for events in real.values():
+        start = next(e for e in events if e["kind"] == "session_start")
+        assert not start["model"].startswith("pager/"), "recorded with a model, not the offline shell"
+        assert any(e["kind"] == "model_reply" and e["text"] for e in events)
+    kinds = {e["kind"] for events in real.values() for e in events}
+    assert {"calls_in_text", "facts_written", "memory_rejected"} <= kinds
+    recovered = real["real_unknown_tool_in_text"]
+    result = next(e for e in recovered if e["kind"] == "tool_result")
+    assert "unknown tool" in result["result"] and "page_in" in result["result"]
 
 
 def _edit_one_eviction(trace: Path, out: Path, last: bool) -> int:
