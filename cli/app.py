@@ -723,7 +723,7 @@ def bench_locomo(
     questions: Optional[int] = typer.Option(None, "--questions", min=1, help="only the first N questions of each"),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines"),
     bookmark_model: Optional[str] = typer.Option(None, "--bookmark-model", help="litellm model that writes bookmarks of each conversation's pages before the questions (needs its key; one call per 8 pages)"),
-    memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts (reports coverage)"),
+    memory: str = typer.Option("", "--memory", help="recorded: the dataset's observations as facts; or a file of a memory model's facts (`pager bench producer`); reports coverage"),
     excerpts: Optional[int] = typer.Option(None, "--excerpts", help="with --memory: frames of excerpts (whole turns no fact tells) beside the fact slabs; default 0"),
     reranker: Optional[str] = typer.Option(None, "--reranker", help="litellm rerank model reordering the search's best pieces and facts per question (or $PAGER_RERANKER); oracle: the question's evidence first, an upper bound"),
     rerank_pieces: Optional[int] = typer.Option(None, "--rerank-pieces", help="with --reranker: the search's best pieces it reorders; default 100, 0: none"),
@@ -745,9 +745,9 @@ def bench_locomo(
     writable(plot, "--plot")
     config = Config.load(page_tokens=page_tokens, policy=policy, bookmark_model=bookmark_model, excerpt_slabs=excerpts,
                          reranker=reranker, rerank_pieces=rerank_pieces, rerank_facts=rerank_facts)
-    if memory not in ("", "recorded"):
-
-        raise InputError(f"--memory {memory!r} is not known; use --memory recorded (or leave it out)")
+    if memory not in ("", "recorded") and not Path(memory).is_file():
+        raise InputError(f"--memory {memory!r} is neither recorded nor a producer file; use --memory recorded, a file "
+                         "`pager bench producer` wrote, or leave it out")
     report = locomo.run(data, sorted(set(budget)), config, conversations, questions, baselines, memory=memory)
     console = Console()
     for table in locomo.table(report):
@@ -773,7 +773,7 @@ def bench_answers(
     budget: list[int] = typer.Option([2048, 1024], "--budget", help="prompt budgets, repeatable"),
     systems: str = typer.Option(",".join(("pager", "pager-tools", "recent", "bm25")), "--systems",
                                 help="comma-separated: pager, pager-tools, recent, bm25"),
-    conversations: str = typer.Option("conv-26,conv-30", "--conversations", help="comma-separated sample ids"),
+    sample_ids: str = typer.Option("conv-26,conv-30", "--conversations", help="comma-separated sample ids"),
     questions: int = typer.Option(6, "--questions", min=1, help="cats 1-4 questions per conversation (a fixed hash order)"),
     tools_budget: list[int] = typer.Option([], "--tools-budget", help="budgets at which pager-tools runs (default: every --budget)"),
     tool_steps: int = typer.Option(4, "--tool-steps", min=1, help="model calls a question may take"),
@@ -807,11 +807,40 @@ def bench_answers(
         console.print(f"[{i}/{n}] {a.system} {a.budget} {a.conversation} cat {a.category} F1 {a.f1:.2f} "
                       f"{a.seconds:.0f}s · {a.question[:60]} → {' '.join(mark.split())[:80]}", highlight=False)
 
-    report = answers.run(data, remote, budget, asked, [c.strip() for c in conversations.split(",") if c.strip()],
+    report = answers.run(data, remote, budget, asked, [c.strip() for c in sample_ids.split(",") if c.strip()],
                          questions, tool_steps, tools_budget or None, config, cache, traces, said)
     Console().print(answers.table(report))
     if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
         Console().print(f"wrote {json_path}")
+
+
+@bench_app.command("producer")
+@handles_errors
+def bench_producer(
+    data: Path = typer.Option(..., "--data", help="LoCoMo JSON"),
+    memory_model: str = typer.Option(..., "--memory-model", help="litellm model that writes the facts"),
+    out: Path = typer.Option(..., "--out", help="the producer file to write (JSON)"),
+    sample_ids: str = typer.Option("conv-26", "--conversations", help="comma-separated sample ids"),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="URL of the model's server (or $PAGER_API_BASE)"),
+) -> None:
+    """A memory model's facts over LoCoMo conversations, once, for `pager bench locomo --memory FILE`."""
+    from rich.console import Console
+
+    from pager.bench import producer
+    from pager.config import Config
+
+    writable(out, "--out")
+    config = Config.load(memory_model=memory_model, api_base=api_base)
+    console = Console(stderr=True)
+    try:
+        report = producer.write(data, [c.strip() for c in sample_ids.split(",") if c.strip()], config, out,
+                                lambda line: console.print(line, highlight=False))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    for sid, c in report["conversations"].items():
+        console.print(f"{sid}: {len(c['facts'])} facts from {c['calls']} calls ({c['failed_calls']} failed, "
+                      f"{c['rejected_items']} items rejected) over {c['pages']} pages in {c['seconds']:.0f} s")
+    console.print(f"wrote {out}")
 
 
 @bench_app.command("scale")

@@ -135,6 +135,8 @@ def _objects(body: str) -> list[dict] | None:
     try:
         value = json.loads(body)
     except json.JSONDecodeError:
+        if body.startswith("{{") and body.endswith("}}"):   # braces doubled, as a template escapes them
+            return _objects(body[1:-1])
         lines = [line for line in body.splitlines() if line.strip()]
         if len(lines) < 2:
             return None

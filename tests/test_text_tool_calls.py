@@ -27,6 +27,10 @@ TOOLS = {"search", "page_in", "page_out", "bookmark", "pin", "unpin", "state_set
     ('```json\n{"name": "state_get", "arguments": {"key": "team"}}\n```', "state_get", {"key": "team"}),
     ('```python\nsearch(query="Loom team", k=3)\n```', "search", {"query": "Loom team", "k": 3}),
     ('<tool_call>{"name": "search", "arguments": {"query": "a"}}', "search", {"query": "a"}),   # the tag left open
+    # braces doubled as a template escapes them: Qwen2.5-Coder-1.5B's reply in a recorded benchmark trace
+    ('{{"name": "search", "arguments": {"query": "Caroline painting for art show", "k": 1}}}', "search",
+     {"query": "Caroline painting for art show", "k": 1}),
+    ('```json\n{{"name": "page_in", "arguments": {"page": "p7"}}}\n```', "page_in", {"page": "p7"}),
 ])
 def test_calls_written_as_text_are_read_in_every_form_models_use(text, name, arguments):
     reading = read(text, TOOLS, step=2)

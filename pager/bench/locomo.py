@@ -324,8 +324,13 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         limit_questions: int | None = None, baselines: bool = True, progress: bool = True, memory: str = "") -> dict:
     config = config or Config(embedder="wordllama")
     conversations = parse_locomo(data)[:limit_conversations]
-    observations = parse_locomo_observations(data) if memory == "recorded" else {}
-    episodes = parse_locomo_session_summaries(data) if memory == "recorded" else {}
+    if memory == "recorded":   # the dataset's own observations, or a memory model's (bench/producer.py)
+        observations = parse_locomo_observations(data)
+    else:
+        from .producer import read
+
+        observations = read(Path(memory)) if memory else {}
+    episodes = parse_locomo_session_summaries(data) if memory else {}
     if limit_questions:
         for conv in conversations:
             conv.questions = conv.questions[:limit_questions]
@@ -343,7 +348,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
             for conv in conversations:
                 bar.update(task, description=f"budget {budget} · {conv.sample_id}")
                 evaluate(conv, budget, config, tallies, baselines, lambda: bar.advance(task), written, errors,
-                         observations.get(conv.sample_id, []) if memory == "recorded" else None,
+                         observations.get(conv.sample_id, []) if memory else None,
                          episodes.get(conv.sample_id, []), rerank_errors)
             summaries = {name: t.summary() for name, t in tallies.items() if t.outcomes}
             results.append({"budget": budget, "pager": summaries.pop("pager"), "baselines": summaries})
@@ -354,7 +359,7 @@ def run(data: Path, budgets: list[int], config: Config | None = None, limit_conv
         "policy": config.policy or "clock",
         "embedder": config.embedder,
         "fill": config.fill,
-        **({"memory": memory, "fact_share": config.fact_share, "summary_share": config.summary_share,
+        **({"memory": memory if memory == "recorded" else Path(memory).name, "fact_share": config.fact_share, "summary_share": config.summary_share,
             "excerpt_slabs": config.excerpt_slabs} if memory else {}),
         **({"reranker": config.reranker, "rerank_pieces": config.rerank_pieces, "rerank_facts": config.rerank_facts,
             "reranker_failures": len(rerank_errors), "reranker_error": rerank_errors[0] if rerank_errors else ""}

@@ -1,5 +1,7 @@
-"""`pager bench answers`: LoCoMo's answer F1 as its task_eval computes it, the fixed question sample, and
-end-to-end runs of every system with scripted models (what each was sent decides what it answers)."""
+"""The benchmarks that run a model. `pager bench answers`: LoCoMo's answer F1 as its task_eval computes it,
+the fixed question sample, and end-to-end runs of every system with scripted models (what each was sent
+decides what it answers). `pager bench producer`: a memory model's facts written once and shown by
+`pager bench locomo --memory FILE` as the dataset's recorded ones are."""
 
 import json
 
@@ -131,3 +133,32 @@ def test_a_crash_is_counted_and_the_run_goes_on_and_the_cache_resumes_it(tmp_pat
     again = answers.run(data, HandlerModel(never, name="scripted"), [1024], ["pager", "bm25"],
                         per_conversation=1, config=Config(embedder="hash"), cache=cache)
     assert again["results"] == report["results"]
+
+
+def test_a_memory_models_facts_are_written_once_and_counted_as_coverage(tmp_path):
+    import re
+
+    from pager.bench import locomo, producer
+    from pager.memory import MemoryWriter
+
+    data = _locomo(tmp_path / "l.json")
+    calls = []
+
+    def keeper(messages, tools):
+        """A scripted memory model: a fact for each turn it is shown that tells of an allergy."""
+        prompt = messages[-1]["content"]
+        calls.append(prompt)
+        facts = [{"op": "ADD", "subject": "allergy", "text": line, "turns": [int(turn)]}
+                 for turn, line in re.findall(r"^\(t(\d+)\) [^:]+: (.*)$", prompt, re.M) if "allergic" in line]
+        return {"content": json.dumps({"bookmarks": {}, "facts": facts or [{"op": "NONE"}], "state": []})}
+
+    out = tmp_path / "facts.json"
+    config = Config(embedder="hash", memory_model="pager/keeper", bookmark_batch=4)
+    made = producer.write(data, ["conv-t"], config, out, writer=MemoryWriter(HandlerModel(keeper, "pager/keeper"), 4))
+    conv = made["conversations"]["conv-t"]
+    assert conv["failed_calls"] == 0 and conv["calls"] == len(calls) >= conv["pages"] // 4
+    assert producer.read(out) == {"conv-t": [("allergy", "Sam Okafor is severely allergic to peanuts.", ["D1:1"])]}
+    report = locomo.run(data, [512], Config(embedder="hash"), memory=str(out), progress=False)
+    pager = report["results"][0]["pager"]
+    assert report["memory"] == "facts.json"
+    assert pager["coverage"] >= pager["recall"] and pager["fact_tokens"] > 0
