@@ -184,6 +184,14 @@ def unecho(text: str, sent: str, own: set[str]) -> tuple[str, int]:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(line for k, line in zip(keep, lines) if k)).strip(), cut
 
 
+def _canonical(arguments: str) -> str:
+    """A call's arguments, the same for the same JSON however spaced (unreadable: as sent)."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
 class Agent:
     def __init__(self, session: Session, model: Model, dispatcher: Dispatcher = MODEL,
                  max_steps: int | None = None, speaker: str = "user", paging: str | None = None) -> None:
@@ -240,6 +248,7 @@ class Agent:
         calls: list[dict] = []
         budget = self.budget
         step = unread = 0
+        done_calls: dict[tuple[str, str], tuple[int, str]] = {}   # this message's calls, run once each
         while step < self.max_steps:
             step += 1
             try:
@@ -296,7 +305,13 @@ class Agent:
                 if call in theirs:
                     continue
                 s.emit("tool_call", step=step, id=call["id"], name=call["name"], arguments=call["arguments"])
-                result = self.dispatcher.call(s, call["name"], call["arguments"])
+                again = (call["name"], _canonical(call["arguments"]))
+                if again in done_calls:   # a small model repeats a call that is done: say so, run nothing
+                    was, said_then = done_calls[again]
+                    result = render("call_repeated", tool=call["name"], step=was, result=said_then).strip()
+                else:
+                    result = self.dispatcher.call(s, call["name"], call["arguments"])
+                    done_calls[again] = (step, result)
                 s.emit("tool_result", step=step, id=call["id"], name=call["name"], result=result)
                 scratch.append({"role": "tool", "tool_call_id": call["id"], "content": result})
                 calls.append({**call, "result": result})

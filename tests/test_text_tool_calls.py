@@ -119,6 +119,20 @@ def test_an_unknown_tool_written_as_text_is_answered_with_the_tools_there_are(me
     assert reply.text == "Six engineers."
 
 
+def test_a_call_repeated_within_a_message_runs_once_and_the_model_is_told_to_answer(mem_home):
+    # Qwen2.5-Coder-1.5B in the benchmark: page_in of the same page, step after step, until the step limit
+    s = mem_home.open("a")
+    seed(s)
+    call = '{"name": "page_in", "arguments": "{\\"page\\": \\"p1\\"}"}'
+    script, model = scripted(call, '{"name": "page_in", "arguments": {"page":  "p1"}}', "Six engineers.")
+    faults = []
+    s.events.listeners.append(lambda e: faults.append(e) if e.kind == "fault" and e.data["reason"] == "tool" else None)
+    reply = Agent(s, model, paging="tools").ask("How many engineers are on my team?")
+    first, second = (c["result"] for c in reply.tool_calls)
+    assert "called with these arguments at step 1" in second and first in second and "Answer the message now" in second
+    assert len(faults) <= 1 and reply.text == "Six engineers." and reply.steps == 3
+
+
 def test_unreadable_call_is_retried_with_a_note_and_never_reaches_the_user(mem_home):
     s = mem_home.open("a")
     seed(s)
