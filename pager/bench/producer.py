@@ -15,6 +15,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from functools import partial
 from typing import Callable
 
 from ..config import Config
@@ -36,7 +37,7 @@ def write(data: Path, conversations: list[str], config: Config, out: Path,
             home = memory_home(config.with_(home=Path(folder), session=sid), writer=writer)
             session = home.open()
             heard: dict[str, list] = {"memory_error": [], "memory_rejected": [], "bookmarks_written": []}
-            session.events.listeners.append(lambda e, heard=heard: heard[e.kind].append(e.data) if e.kind in heard else None)
+            session.events.listeners.append(partial(_hear, heard))
             turns = session.append_many(conv.messages)
             ref = {t.turn: t.ref for t in turns}
             started = time.perf_counter()
@@ -61,6 +62,11 @@ def write(data: Path, conversations: list[str], config: Config, out: Path,
     report = {"dataset": Path(data).name, "memory_model": config.memory_model, "conversations": produced}
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return report
+
+
+def _hear(heard: dict[str, list], event) -> None:
+    if event.kind in heard:
+        heard[event.kind].append(event.data)
 
 
 def read(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:
