@@ -275,10 +275,12 @@ def _replay(console: Console, frames: int, paging: dict[str, tuple[int, int, int
     runs = [run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")]
     console.print(rp.policy_table(runs, trace))
     held = sorted(set(run.frames), reverse=True)
+    other = "" if run.start_frames == frames else f"recorded under another budget, of {run.start_frames} frames, "
     console.print(f"  These count the recorded chat, not this demo's session (section 4): section 2 paged for each "
-                  f"question with all {frames} frames and no model, faulting {questions[0]} times; in a chat the system "
-                  f"prompt, the tool schemas and the tool exchange share the budget, so {', then '.join(map(str, held))} "
-                  f"of the {frames} frames hold pages, and its six questions fault {asked} times.", highlight=False)
+                  f"question with all {frames} frames and no model, faulting {questions[0]} times; in the chat, {other}"
+                  f"the system prompt, the tool schemas and the tool exchange share the budget, so "
+                  f"{', then '.join(map(str, held))} of the {run.start_frames} frames hold pages, and its six questions "
+                  f"fault {asked} times.", highlight=False)
     if len({r.faults for r in runs}) == 1 and not any(r.count("hit") for r in runs):
         # a table of equal rows reads as a broken comparison: say why they are equal
         console.print(f"  Under every policy each page a question needs is out of the frames by then, so all fault the "

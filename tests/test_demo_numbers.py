@@ -18,14 +18,17 @@ import pytest
 CELL = re.compile(r"p\d+|·")
 
 
-@pytest.fixture(scope="module")
-def output(tmp_path_factory) -> str:
-    home = tmp_path_factory.mktemp("home")
+def demo(home, *options: str) -> str:
     env = {**os.environ, "PAGER_HOME": str(home), "COLUMNS": "400", "NO_COLOR": "1"}
-    done = subprocess.run([sys.executable, "-m", "pager.cli", "demo"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-m", "pager.cli", "demo", *options], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory) -> str:
+    return demo(tmp_path_factory.mktemp("home"))
 
 
 def one(pattern: str, text: str) -> tuple[int, ...]:
@@ -102,3 +105,13 @@ def test_the_replay_table_counts_the_run_its_line_and_note_name(output):
     questions = one(r"2\. questions\s+(\d+) / \d+ / \d+", output)[0]
     assert one(r"no model, faulting (\d+) times", chat) == (questions,)
     assert one(r"its six questions fault (\d+) times", chat)[0] <= faults
+
+
+def test_under_another_budget_the_replay_note_gives_the_recorded_chats_frames(tmp_path):
+    output = demo(tmp_path, "--budget", "1024")
+    frames, = one(r"→ (\d+) frames of", output)
+    assert one(r"frames\s+(\d+) of \d+ tokens", output) == (frames,)
+    chat = section(output, 5)
+    recorded, = one(r"recorded under another budget, of (\d+) frames", chat)
+    assert recorded != frames and one(r"of the (\d+) frames hold pages", chat) == (recorded,)
+    assert one(r"with all (\d+) frames and no model", chat) == (frames,)
