@@ -14,7 +14,9 @@ from __future__ import annotations
 import shlex
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from rich.table import Table
 
 from . import views
 from .config import Config
-from .context import build
+from .context import build, size_frames
 from .errors import InputError
 from .formats import parse_jsonl
 from .home import Home
@@ -64,19 +66,45 @@ def run(budget: int = 2048, keep: Path | None = None, console: Console | None = 
         if session.turn_count:
             raise InputError(f"{folder} already holds the demo's session; give --keep a new folder, or delete that one")
         messages = parse_jsonl(conversation_path(), "demo")["demo"]
-        frames = (budget - config.map_reserve) // session.page_tokens
+        frames, reserve, _ = size_frames(session, chat=False)   # the budget's frames: every count of frames printed
         console.rule("[bold]pager demo[/] · offline · no model, no key")
         console.print(f"A bundled conversation: {len(messages)} turns over {len({m['date'] for m in messages})} weekly "
-                      f"check-ins. Budget {budget} tokens → {frames} frames of {session.page_tokens} tokens; "
-                      f"everything else lives on disk (LanceDB in {escape(str(folder))}).\n")
-        _ingest(session, messages, console)
-        results = _ask(session, QUESTIONS, console)
-        tiers = _tiers(session, console)
-        _report(session, home, results, console)
-        _replay(console)
+                      f"check-ins. Budget {budget} tokens, less {reserve} for the memory map → {frames} frames of "
+                      f"{session.page_tokens} tokens; everything else lives on disk (LanceDB in {escape(str(folder))}).\n")
+        paging: dict[str, tuple[int, int, int]] = {}
+        with _counted(session, paging, "ingest"):
+            _ingest(session, messages, console)
+        sealed = len(session.pages)
+        with _counted(session, paging, "questions"):
+            results = _ask(session, QUESTIONS, console)
+        with _counted(session, paging, "memory tiers"):
+            tiers = _tiers(session, console)
+        _report(session, home, results, console, Numbers(frames, len(messages), sealed, paging))
+        _replay(console, frames, paging)
         console.print(f"\nWall time {time.perf_counter() - started:.1f} s.")
         _next(console, keep)
         return {"found": sum(r[2] for r in results), "asked": len(results), **tiers, **session.stats()}
+
+
+PAGING = ("faults", "hits", "evictions")
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The figures the demo states first, which its report counts again: one definition each."""
+
+    frames: int                                  # the budget's frames (budget less the memory map, in pages)
+    turns: int                                   # the bundled conversation's turns
+    sealed: int                                  # pages sealed by its ingest (section 1)
+    paging: dict[str, tuple[int, int, int]]      # section → (faults, hits, evictions) the session counted in it
+
+
+@contextmanager
+def _counted(session, into: dict, section: str) -> Iterator[None]:
+    """The session's own counters over one section of the demo, so that the report's figures add up."""
+    before = [session.counters[k] for k in PAGING]
+    yield
+    into[section] = tuple(session.counters[k] - b for k, b in zip(PAGING, before))
 
 
 def is_home(folder: Path) -> bool:
@@ -126,13 +154,14 @@ def _ask(session, questions, console: Console) -> list[tuple[str, list[str], boo
         context = build(session, question, chat=False)
         session.events.listeners.remove(events.append)
         faulted = [e.data["page"] for e in events if e.kind == "fault"]
+        hits = sum(e.kind == "hit" for e in events)
         holder = next((n for n in context.pages if needle in (session.render.body(n) or "")), None)
         quote = ""
         if holder is not None:
             quote = next(line for line in session.render.body(holder).splitlines() if needle in line)
         console.print(f"  [bold]Q:[/] {question}")
-        console.print("     faulted in:", ", ".join(faulted) or "none (already resident)",
-                      f"· evicted {sum(e.kind == 'evict' for e in events)}")
+        console.print("     faulted in:", ", ".join(faulted) or "none",
+                      f"· {hits} hits (wanted, already resident) · evicted {sum(e.kind == 'evict' for e in events)}")
         console.print("    ", views.frame_strip(session, {int(p[1:]) for p in faulted}))
         if holder is not None:
             console.print(f"     [green]✓[/] p{holder} ({session.render.page_dates(holder)}) is in the prompt: “{quote[:110]}”")
@@ -201,30 +230,57 @@ def _tiers(session, console: Console) -> dict:
             "summaries": len(made)}
 
 
-def _report(session, home: Home, results, console: Console) -> None:
+def _report(session, home: Home, results, console: Console, numbers: Numbers) -> None:
+    from .data.demo_script import STATEMENTS
+
     console.print("[bold]4. Report[/]")
     stats = session.stats()
     home.flush()
     on_disk = home.store.turn_count(session.user, session.name)
+    added = stats["turns"] - numbers.turns   # section 3's: Maya's statements and the shell's replies
+    rest = numbers.frames - stats["frames"]
     table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_row("facts found in the prompt", f"{sum(r[2] for r in results)} / {len(results)}")
-    table.add_row("faults / hits / evictions", f"{stats['faults']} / {stats['hits']} / {stats['evictions']}")
-    table.add_row("turns accepted / on disk", f"{stats['turns']} / {on_disk} (eviction never drops a page)")
-    table.add_row("pages on disk / frames", f"{stats['pages']} / {stats['frames']}")
+    table.add_row("facts found in the prompt", f"{sum(r[2] for r in results)} / {len(results)} (section 2's questions)")
+    table.add_row("turns accepted / on disk", f"{stats['turns']} / {on_disk}: the conversation's {numbers.turns} and "
+                  f"section 3's {added} (Maya's {len(STATEMENTS)} statements, the shell's {added - len(STATEMENTS)} replies); "
+                  "eviction never drops a page")
+    table.add_row("pages sealed", f"{stats['pages']} ({numbers.sealed} in section 1, {stats['pages'] - numbers.sealed} "
+                  f"in section 3), and p{session.tail_n} the open tail")
+    table.add_row("frames", f"{numbers.frames} of {session.page_tokens} tokens; {stats['frames']} hold pages now"
+                  + (f", {rest} section 3's tiers (state, summaries, fact slabs)" if rest else ""))
+    table.add_row("faults / hits / evictions", f"{stats['faults']} / {stats['hits']} / {stats['evictions']}, all of "
+                  "this session:")
+    for i, (name, counted) in enumerate(numbers.paging.items(), 1):
+        table.add_row(f"  {i}. {name}", " / ".join(map(str, counted)))
     console.print(table)
 
 
-def _replay(console: Console) -> None:
+def _replay(console: Console, frames: int, paging: dict[str, tuple[int, int, int]]) -> None:
+    """The bundled trace, replayed; its figures are told apart from the demo's own (`paging`, by section)."""
     from . import replay as rp
 
+    ingest_evictions, questions = paging["ingest"][2], paging["questions"]
     trace = Path(str(resources.files("pager.data").joinpath("demo_trace.jsonl")))
-    console.print("\n[bold]5. Replay[/] — a bundled trace of this conversation with the offline agent is re-run "
-                  "through the live engine and compared event by event, then re-run under each policy:")
+    console.print("\n[bold]5. Replay[/] — a bundled trace, another run than sections 1–4: the same conversation and "
+                  "six questions, asked through the agent loop as `pager chat` asks them (the offline shell answering), "
+                  "re-run through the live engine and compared event by event, then under each policy:")
     run = rp.replay(trace, check=True)
     verdict = "[green]reproduced exactly[/]" if run.divergence is None else f"[red]{run.divergence.describe()}[/]"
-    console.print(f"  {len(run.recorded)} recorded events {verdict}")
+    first = next((i for i, e in enumerate(run.events) if e["kind"] == "user"), len(run.events))
+    ingesting = sum(e["kind"] == "evict" for e in run.events[:first])
+    asked = sum(e["kind"] == "fault" for e in run.events[first:])
+    console.print(f"  {len(run.recorded)} recorded events {verdict}: {run.faults} faults / {run.count('hit')} hits / "
+                  f"{run.count('evict')} evictions, {ingesting} of them while ingesting"
+                  + (" as in section 1" if ingesting == ingest_evictions else f" (section 1: {ingest_evictions})"))
     runs = [run] + [rp.replay(trace, policy=p) for p in ("lru", "lfu", "scored")]
     console.print(rp.policy_table(runs, trace))
+    held = sorted(set(run.frames), reverse=True)
+    other = "" if run.start_frames == frames else f"recorded under another budget, of {run.start_frames} frames, "
+    console.print(f"  These count the recorded chat, not this demo's session (section 4): section 2 paged for each "
+                  f"question with all {frames} frames and no model, faulting {questions[0]} times; in the chat, {other}"
+                  f"the system prompt, the tool schemas and the tool exchange share the budget, so "
+                  f"{', then '.join(map(str, held))} of the {run.start_frames} frames hold pages, and its six questions "
+                  f"fault {asked} times.", highlight=False)
     if len({r.faults for r in runs}) == 1 and not any(r.count("hit") for r in runs):
         # a table of equal rows reads as a broken comparison: say why they are equal
         console.print(f"  Under every policy each page a question needs is out of the frames by then, so all fault the "
