@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def tmpfs(tmp_path):
 
 DEMO = ROOT / "pager" / "data" / "demo_conversation.jsonl"
 ENV = {"PAGER_EMBEDDER": "hash"}
+PEANUTS = "Sam Okafor is allergic to peanuts"   # the demo conversation's fact on p5
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +85,40 @@ def chat(home, lines, *args, session="maya"):
 
 def answers(output: str) -> list[str]:
     return [" ".join(part.split("you>")[0].split()) for part in output.split("pager>")[1:]]
+
+
+def hash_config(home, **kw) -> Config:
+    """A home's settings with the hashing embedder and a 2,048-token budget."""
+    return Config(home=home, embedder="hash", budget=2048, **kw)
+
+
+def ingest_lines(home, session: str, lines: list[dict]) -> None:
+    """`pager ingest - -s SESSION` of these messages, as JSON lines on standard input."""
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    result = _cli().invoke(_app(), ["--home", str(home), "ingest", "-", "-s", session], input=text, env=ENV)
+    assert result.exit_code == 0, result.output
+
+
+def ingest_file(tmp_path, name: str, content: str, *args: str):
+    """Write content to tmp_path/name and `pager ingest` it into the home tmp_path/home; the CLI's result."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    return _cli().invoke(_app(), ["--home", str(tmp_path / "home"), "ingest", str(path), *args], env=ENV)
+
+
+def listed_sessions(home) -> dict:
+    """`pager sessions --json` as {session: (turns, pages)}."""
+    result = _cli().invoke(_app(), ["--home", str(home), "sessions", "--json"], env=ENV)
+    assert result.exit_code == 0, result.output
+    return {r["session"]: (r["turns"], r["pages"]) for r in json.loads(result.output)["sessions"]}
+
+
+def numbered_conversation(path: Path, n: int) -> Path:
+    """A JSONL conversation of n dated, numbered notes, written to path."""
+    path.write_text("".join(json.dumps({"speaker": "ann" if i % 2 else "bob", "text": f"note {i}: the crate holds "
+                                        f"{i * 7} bolts and {i} washers for bay {i % 5}", "date": "8 May 2023"}) + "\n"
+                            for i in range(n)))
+    return path
 
 
 def _cli():

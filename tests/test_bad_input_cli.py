@@ -1,4 +1,5 @@
-"""More bad input an outside tester found: each is one line naming the fix, never a traceback."""
+"""Bad input on the command line (a name, a path, a value, a model, a file of the wrong kind): each is
+one line naming the fix, never a traceback."""
 
 import json
 import socket
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 from pager.cli.app import app
 from pager.errors import InputError
 from pager.formats import parse_jsonl
+from conftest import ROOT
 
 runner = CliRunner()
 ENV = {"PAGER_EMBEDDER": "hash"}
@@ -179,3 +181,122 @@ def test_escape_codes_typed_into_a_chat_are_not_sent_back_to_the_terminal(tmp_pa
     assert result.exit_code == 0, result.output
     reply = result.output.split("What is my code word?")[-1]
     assert "red" in reply and "\x1b" not in reply, repr(reply)
+
+
+def test_a_model_name_no_provider_answers_to_is_refused_before_the_chat_starts(tmp_path):
+    """`pager chat --model nosuchmodel-xyz` opened the REPL, and every message then came back as
+    "(no answer: … LLM Provider NOT provided …)"; `--memory-model foo` said so on every sealed batch.
+    A name litellm cannot route is refused in one line, naming the way out."""
+    home = str(tmp_path / "h")
+    for option in ("--model", "--memory-model", "--bookmark-model"):
+        result = runner.invoke(app, ["--home", home, "chat", "--session", "s", option, "nosuchmodel-xyz"],
+                               input="hello\n", env=ENV)
+        assert result.exit_code == 1, (option, result.output)
+        assert "you>" not in result.output and "provider/model" in result.output, (option, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_a_routable_model_name_is_not_refused(monkeypatch):
+    from pager.llm import LiteLLMModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    LiteLLMModel("openai/my-local-model").check()   # a provider litellm knows, its key set: not refused
+    LiteLLMModel("gpt-4o-mini").check()
+
+
+def test_replay_and_trace_show_say_what_is_wrong_with_the_file_they_were_given(tmp_path):
+    """`pager --home DIR replay missing.jsonl` sent the user to `ls ~/.pager/traces`, not DIR's traces;
+    `pager replay conv.jsonl` (a conversation) said "an event needs a 'kind'; fix or delete that line";
+    `pager trace show T --step 99` said "fewer than 99 model calls" without saying how many there are."""
+    from conftest import chat
+
+    home = tmp_path / "h"
+    missing = runner.invoke(app, ["--home", str(home), "replay", str(tmp_path / "missing.jsonl")], env=ENV)
+    assert missing.exit_code == 2 and f"ls {home / 'traces'}" in missing.output, missing.output
+    shown = runner.invoke(app, ["--home", str(home), "trace", "show", str(tmp_path / "missing.jsonl")], env=ENV)
+    assert shown.exit_code == 2 and f"ls {home / 'traces'}" in shown.output, shown.output
+    conversation = tmp_path / "conv.jsonl"
+    conversation.write_text('{"speaker": "Ann", "text": "hello", "date": "8 May 2023"}\n')
+    wrong = runner.invoke(app, ["--home", str(home), "replay", str(conversation)], env=ENV)
+    assert wrong.exit_code == 2 and "pager ingest" in wrong.output and "fix or delete" not in wrong.output, wrong.output
+    chat(home, ["hello there", "what did I say?"], session="s")
+    trace = next((home / "traces").glob("s-chat-*.jsonl"))
+    far = runner.invoke(app, ["--home", str(home), "trace", "show", str(trace), "--step", "99"], env=ENV)
+    calls = trace.read_text().count('"kind":"model_request"')
+    assert far.exit_code == 1 and f"has {calls} model calls" in far.output and f"--step 1 to {calls}" in far.output, far.output
+
+
+def test_keys_on_a_home_that_cannot_be_written_is_one_line(tmp_path):
+    """`pager keys create` on a read-only home was a traceback (OSError from the keys' lock file); a home
+    under a file is the same failure without needing a read-only mount. One line naming --home now."""
+    (tmp_path / "file").write_text("not a folder")
+    home = str(tmp_path / "file" / "home")
+    for args in (["keys", "create", "--tenant", "acme"], ["keys", "revoke", "3f9c2a7b1d04"]):
+        result = CliRunner().invoke(app, ["--home", home, *args])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+        assert "cannot write the keys" in result.output and "--home" in result.output, result.output
+
+
+@pytest.mark.parametrize("args", [["--clients", "0"], ["--turns", "0"], ["--alone-turns", "0"], ["--shared", "-1"],
+                                  ["--earlier", "-5"]])
+def test_bench_serve_refuses_counts_it_cannot_measure_before_it_runs(tmp_path, monkeypatch, args):
+    """`pager bench serve --clients 0` (or --alone-turns 0, or a negative count) ran the whole load and
+    then died with ZeroDivisionError computing its ratios. Refused by the option, before anything runs."""
+    import pager.bench.serve
+
+    def runs(*a, **kw):
+        raise AssertionError("the bench ran")
+
+    monkeypatch.setattr(pager.bench.serve, "main", runs)
+    result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", "serve", *args])
+    assert result.exit_code == 2 and args[0] in result.output, result.output
+
+
+@pytest.mark.parametrize("args", [["locomo", "--conversations", "0"], ["locomo", "--conversations", "-1"],
+                                  ["locomo", "--questions", "0"], ["trace", "--conversation", "c1", "--questions", "0"]])
+def test_bench_locomo_and_trace_refuse_no_conversations_or_questions(tmp_path, args):
+    """`pager bench locomo --conversations 0` (or -1, a slice from the end) died with KeyError 'pager'
+    after loading the data; `--questions 0` printed a table of recall 0.000 and all_hit 1.000 over no
+    question. Refused by the option."""
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([{"sample_id": "c1", "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "My dog is called Coco."}]},
+        "qa": [{"question": "What is Ann's dog called?", "answer": "Coco", "evidence": ["D1:1"], "category": 1}]}]))
+    more = ["--out", str(tmp_path / "t.jsonl")] if args[0] == "trace" else ["--no-baselines"]
+    result = CliRunner().invoke(app, ["--home", str(tmp_path), "bench", args[0], "--data", str(data), *args[1:], *more],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 2 and ("--conversations" in result.output or "--questions" in result.output), result.output
+
+
+@pytest.mark.parametrize("args", [["ingest", "x.jsonl", "--format", "csv"], ["tools", "--format", "xml"],
+                                  ["replay", "traces/clock_vs_lru.jsonl", "--policy", "bogus"]])
+def test_an_unknown_option_value_exits_2_like_every_other(tmp_path, args):
+    """`ingest --format csv`, `tools --format xml` and `replay --policy bogus` exited 1, the code of a
+    failure, where every other value an option cannot take (`--policy` of chat, `-k 0`, `--budget abc`)
+    exits 2, the code of a usage error that a script can tell apart."""
+    (tmp_path / "x.jsonl").write_text('{"speaker": "ann", "text": "hi"}\n')
+    args = [str(tmp_path / a) if a == "x.jsonl" else a for a in args]
+    result = runner.invoke(app, ["--home", str(tmp_path / "home"), *args], env=ENV)
+    assert result.exit_code == 2 and "unknown" in result.output, result.output
+
+
+def test_trace_show_html_with_step_is_refused_not_ignored(tmp_path):
+    """`pager trace show T --step 3 --html t.html` wrote the whole timeline and said nothing of --step. The
+    timeline has every call as a column and --step prints one call's context: the two are refused
+    together, naming both views, and nothing is written."""
+    out = tmp_path / "t.html"
+    result = runner.invoke(app, ["trace", "show", str(ROOT / "traces" / "clock_vs_lru.jsonl"), "--step", "2",
+                                 "--html", str(out)], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "--step" in result.output and "--html" in result.output and not out.exists()
+
+
+def test_a_budget_too_small_for_chat_names_only_settings_chat_has(tmp_path):
+    """`pager chat --budget 433` said "lower --page-tokens", an option chat does not take (ingest's
+    page size for new sessions): it now says where that option is, beside PAGER_PAGE_TOKENS."""
+    result = runner.invoke(app, ["--home", str(tmp_path), "chat", "-s", "x", "--budget", "433"], input="/quit\n", env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "--page-tokens where the command has it (or PAGER_PAGE_TOKENS) to at most 127" in result.output
+    assert runner.invoke(app, ["--home", str(tmp_path), "chat", "-s", "x", "--budget", "433"], input="/quit\n",
+                         env={**ENV, "PAGER_PAGE_TOKENS": "127"}).exit_code == 0

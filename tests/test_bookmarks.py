@@ -1,6 +1,7 @@
-"""Offline keyword extraction on tricky text, and the bookmark directory."""
+"""Offline keyword extraction on tricky text (a discourse filler is no keyword), and the bookmark directory."""
 
 from pager.bookmarks import Directory, aliases, extract, normalize
+import pytest
 
 
 def test_names_and_multiword_names():
@@ -52,3 +53,18 @@ def test_directory_lookup_by_alias_and_model_first():
     assert d.keywords(3)[0] == "release plan"
     assert d.notes[9] == ["where we planned it"]
     assert normalize("  Release—Plan! ") == "release plan"
+
+
+@pytest.mark.parametrize("text", [
+    "Nate: They're actually competitors in the tournament, and he is allergic to shellfish.",
+    "Joanna: Actually I've discovered my favorite icecream place near the harbour.",
+    "Gina: Dancing seriously makes me happy, it is important to express yourself.",
+])
+def test_a_discourse_filler_is_not_a_bookmark_keyword(text):
+    """The offline extractor bookmarked pages under "actually" (a long word, so "rare"), which names
+    nothing a question asks about, in place of a word of the page."""
+    from pager.bookmarks import extract
+
+    keywords = [k.lower() for k in extract(text)]
+    assert not {"actually", "actually i've", "seriously"} & set(keywords), keywords
+    assert any(word in keywords for word in ("allergic", "icecream", "express")), keywords

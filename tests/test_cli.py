@@ -1,4 +1,5 @@
-"""The command line: instant help, ingest, inspect --json, demo, errors as one line."""
+"""The command line: instant help (and `python -m pager`), ingest, inspect (--json, --pages), demo
+(--keep), the chat's commands and `--model offline`, errors as one line."""
 
 import json
 import re
@@ -9,6 +10,7 @@ import time
 from typer.testing import CliRunner
 
 from pager.cli.app import app
+from conftest import ENV, chat, numbered_conversation
 
 runner = CliRunner()
 
@@ -21,6 +23,18 @@ def test_help_is_instant_and_imports_nothing_heavy():
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pager.cli", "--help"], capture_output=True, check=True)
     assert time.perf_counter() - started < 2.0  # generous for CI; measured ~0.1 s here
+
+
+def test_python_dash_m_pager_runs_the_command_line(tmp_path):
+    """`python -m pager --help` said "'pager' is a package and cannot be directly executed"; the way to
+    run pager from a virtual environment's Python without its `pager` script on PATH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pager", "--help"], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PAGER_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout and "demo" in done.stdout
 
 
 def test_ingest_then_inspect_json(tmp_path):
@@ -41,6 +55,18 @@ def test_ingest_then_inspect_json(tmp_path):
     assert len(state["resident"]) <= state["frames"]
     result = runner.invoke(app, ["--home", home, "inspect", "--session", "s1"], env=env)
     assert result.exit_code == 0 and "page table" in result.output
+
+
+def test_inspect_pages_limits_the_page_table_rows(tmp_path):
+    """`pager inspect --pages N` ("page-table rows to show", default 40) showed every page: the count
+    of the session's pages, printed in the heading, was kept in the option's own variable."""
+    home = str(tmp_path / "h")
+    assert runner.invoke(app, ["--home", home, "ingest", str(numbered_conversation(tmp_path / "c.jsonl", 60)), "-s", "s"],
+                         env=ENV).exit_code == 0
+    pages = json.loads(runner.invoke(app, ["--home", home, "inspect", "-s", "s", "--json"], env=ENV).output)["pages"]
+    assert pages > 3
+    shown = runner.invoke(app, ["--home", home, "inspect", "-s", "s", "--pages", "2"], env=ENV)
+    assert shown.exit_code == 0 and f"page table ({pages} pages, showing 2)" in shown.output, shown.output
 
 
 def test_bad_jsonl_names_the_line_and_imports_nothing(tmp_path):
@@ -82,6 +108,26 @@ def test_demo_runs_offline_and_finds_the_old_facts(tmp_path):
     assert faults, result.output
     assert (f"so all fault the same {faults.group(1)} times (no hits)" in said
             and f"a clairvoyant policy would fault {faults.group(2)} times" in said)
+
+
+def test_demo_keep_on_a_file_names_the_keep_option(tmp_path):
+    """`pager demo --keep FILE` said "pick a folder with --home (or PAGER_HOME)": the demo has no --home."""
+    file = tmp_path / "notes.txt"
+    file.write_text("x")
+    result = runner.invoke(app, ["demo", "--keep", str(file)], env=ENV)
+    assert result.exit_code == 2 and "--keep" in result.output and "--home" not in result.output, result.output
+
+
+def test_demo_keep_refuses_a_folder_of_other_files(tmp_path):
+    """`pager demo --keep ~/work` built the demo's home (db, journal, locks, traces) among the files of a
+    project folder. A folder that holds anything and is not a pager home is refused, naming the fix."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine\n")
+    result = runner.invoke(app, ["demo", "--keep", str(folder)], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "not a pager home" in result.output and "new or empty folder" in result.output
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
 
 
 def test_search_shows_ranked_pages_with_signals(tmp_path):
@@ -147,6 +193,17 @@ def test_chat_with_a_model_and_no_key_is_one_line(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_model_offline_is_the_offline_shell_in_chat_as_in_serve(tmp_path):
+    """`pager serve` calls the offline shell `offline` (and takes PAGER_MODEL=offline); with that setting
+    exported, or `--model offline`, `pager chat` refused to start: "model 'offline' names no provider
+    litellm knows". It is the offline shell in both now."""
+    home = ["--home", str(tmp_path)]
+    for args, env in (([], {**ENV, "PAGER_MODEL": "offline"}), (["--model", "offline"], ENV)):
+        result = runner.invoke(app, [*home, "chat", "-s", "s", *args], input="my locker code is 3141\n/quit\n", env=env)
+        assert result.exit_code == 0, result.output
+        assert "offline memory shell" in result.output and "pager>" in result.output, result.output
+
+
 def test_a_policy_asked_for_wins_over_the_sessions_own(tmp_path):
     from pager.config import Config
     from pager.embed import HashEmbedder
@@ -159,6 +216,16 @@ def test_a_policy_asked_for_wins_over_the_sessions_own(tmp_path):
         assert h.open("p").policy.name == "lru"
     with Home(cfg.with_(policy=""), embedder=HashEmbedder()) as h:     # no --policy: the session's own
         assert h.open("p").policy.name == "lru"
+
+
+def test_bare_policy_and_pin_commands_say_what_to_give(tmp_path):
+    out = " ".join(chat(tmp_path, ["/policy", "/pin", "/unpin", "/policy lru", "/policy"], session="s").split())
+    assert "policy clock; /policy NAME switches to one of clock, lru, lfu, scored" in out, out
+    assert "usage: /pin PAGE" in out and "usage: /unpin PAGE" in out and "unknown policy ''" not in out
+    assert "policy lru; /policy NAME" in out
+    assert "page '' does not exist" not in out
+    trace = next((tmp_path / "traces").glob("s-*.jsonl"))
+    assert runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"]).exit_code == 0
 
 
 def test_a_folder_given_as_a_trace_is_one_line(tmp_path):

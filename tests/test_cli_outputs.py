@@ -1,5 +1,6 @@
 """Output paths (--json, --out, --html, --plot) that cannot be written are refused in one line before
-any work, and a report whose write fails at the end is printed rather than lost."""
+any work, and a report whose write fails at the end is printed rather than lost; output cut short by a
+reader that went away (`| head`) exits as `cat` does, and a full disk is one line."""
 
 import json
 
@@ -8,6 +9,11 @@ from typer.testing import CliRunner
 
 from pager.cli import app as cli
 from pager.cli.app import app
+import os
+import subprocess
+import sys
+from pathlib import Path
+from conftest import ENV
 
 runner = CliRunner()
 
@@ -120,3 +126,38 @@ def test_a_bench_refuses_to_build_into_a_folder_that_holds_something(tmp_path, m
     assert built == [] and (home / "pager.toml").read_text() == "# a user's settings\n"
     assert runner.invoke(app, argv + ["--keep", str(tmp_path / "new")]).exit_code == 0
     assert len(built) == 1
+
+
+def _cut_short(args: list[str], home: Path) -> subprocess.CompletedProcess:
+    """Run pager with a stdout whose reader has gone, as `| head` leaves it once it has read its lines."""
+    read, write = os.pipe()
+    os.close(read)   # every write now fails with EPIPE: no timing involved
+    try:
+        return subprocess.run([sys.executable, "-m", "pager.cli", *args], stdout=write, stderr=subprocess.PIPE,
+                              timeout=120, env={**os.environ, **ENV, "PAGER_HOME": str(home)})
+    finally:
+        os.close(write)
+
+
+def test_output_cut_short_by_head_exits_as_cat_does(tmp_path):
+    """`pager export -s maya | head` exited 1, as a failure does (click's and rich's handlers of a broken
+    pipe both exit 1). It exits 141 now, as `cat`, `seq` and `git log` cut short by a reader that went
+    away do (128 + SIGPIPE), quietly, whether the command writes with echo or with rich."""
+    (tmp_path / "one.jsonl").write_text('{"speaker": "ann", "text": "hello there"}\n')
+    assert runner.invoke(app, ["--home", str(tmp_path), "ingest", str(tmp_path / "one.jsonl"), "-s", "s"], env=ENV).exit_code == 0
+    for args in (["export", "-s", "s"], ["sessions"], ["tools"]):
+        done = _cut_short(args, tmp_path)
+        assert done.returncode == 141, (args, done.returncode, done.stderr.decode())
+        assert not done.stderr.strip(), done.stderr.decode()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_output_to_a_full_disk_is_one_line_not_a_traceback(tmp_path):
+    """`pager export -s maya > backup.jsonl` on a full disk (here /dev/full) printed a traceback ending in
+    "OSError: [Errno 28] No space left on device"; every command writing stdout did."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "pager.cli", "tools"], stdout=full, stderr=subprocess.PIPE,
+                              timeout=120, env={**os.environ, **ENV, "PAGER_HOME": str(tmp_path)})
+    err = done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert err.count("\n") == 1 and "No space left on device" in err and "free space" in err

@@ -9,11 +9,10 @@ from typer.testing import CliRunner
 
 from pager.cli.app import app
 
-from conftest import DEMO, ENV, answers, chat
+from conftest import DEMO, ENV, PEANUTS, answers, chat
+import shutil
 
 runner = CliRunner()
-PEANUTS = "Sam Okafor is allergic to peanuts"
-
 
 
 # -- echoes ----------------------------------------------------------------------------------------------
@@ -73,6 +72,45 @@ def test_the_shell_never_quotes_its_own_reply_or_an_earlier_question():
               "assistant: From p5 (20 March 2025): “Maya: Sam Okafor is allergic to peanuts, severe.”\n")
     reply = OfflineShell().answer("who is allergic to peanuts?", system, ["p71", "p5"])
     assert reply == "From p5 (20 March 2025): “Maya: Sam Okafor is allergic to peanuts, severe.”"
+
+
+def test_paraphrased_questions_and_quotes_never_outrank_the_answer(maya, tmp_path):
+    """A home after a few chats: the same question, a paraphrase, and the shell's quotes of
+    p5 on pages of their own. `pager search` ranks p5 first for both queries; echoes are marked."""
+    import json
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    for _ in range(3):
+        chat(home, ["Who is allergic to peanuts?", "Who is allergic to peanuts?", "Does anyone have a peanut allergy?"],
+             "--budget", "4096")
+    for query in ("Who is allergic to peanuts?", "peanut allergy", "Does anyone have a peanut allergy?"):
+        result = runner.invoke(app, ["--home", str(home), "search", query, "-s", "maya", "-k", "5", "--json"], env=ENV)
+        found = json.loads(result.output)["results"]
+        assert found[0]["page"] == "p5", (query, found)
+        for hit in found[1:]:
+            if "allerg" in hit["snippet"].lower() and "peanut" in hit["snippet"].lower():
+                assert hit["signals"].get("echo"), (query, hit)   # a question or a quote of p5: an echo
+
+
+def test_the_shells_own_replies_are_not_a_pages_bookmarks(maya, tmp_path):
+    """Its canned note ("Noted — … PAGER_MODEL …") and its quotes of p5 (EpiPen, Sam Okafor) gave chat
+    pages the keywords of the shell and of the page quoted."""
+    from pager.config import Config
+    from pager.home import Home
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    notes = [f"hello world number {i}, the harbour lights are on" for i in range(12)]
+    chat(home, notes + ["Who is allergic to peanuts?"] * 8, "--budget", "4096")
+    with Home(Config(home=home, embedder="hash", session="maya")) as h:
+        s = h.open()
+        chat_pages = [p for n, p in s.pages.items() if n > 70]
+        assert chat_pages, sorted(s.pages)
+        for page in chat_pages:
+            words = {w.lower() for w in page.keywords}
+            assert not words & {"llm", "pager_model", "noted", "configured", "offline", "answers"}, page.keywords
+            assert not words & {"epipen", "sam okafor", "20 march 2025", "booking"}, page.keywords
 
 
 def _config(home):

@@ -19,6 +19,7 @@ from pager.home import Home, Snapshot
 from pager.search import INDEX_FORMAT
 from pager.store import MIGRATIONS, SCHEMA_VERSION
 from pager.trace import TRACE_VERSION, read_trace
+from conftest import ENV
 
 FIXTURE = Path(__file__).parent / "fixtures" / "home-v1"
 runner = CliRunner()
@@ -40,6 +41,21 @@ def test_pager_migrate_applies_the_missing_steps_and_a_read_only_open_reports_th
     assert f"up to date: schema v{SCHEMA_VERSION}" in again.output
     looked = runner.invoke(app, ["--home", str(home), "inspect", "-s", "maya", "--json"], env=env)
     assert "lacks migration" not in looked.output and json.loads(looked.stdout)["turns"] == 120
+
+
+def test_migrate_of_a_home_that_is_not_there_is_refused_not_made(tmp_path):
+    """`pager --home ~/.pagr migrate` (a typo) made a new, empty store there and said it was up to date.
+    It is refused now, naming the settings, and nothing is made; a real home migrates as before."""
+    typo = tmp_path / "typo"
+    result = runner.invoke(app, ["--home", str(typo), "migrate"], env=ENV)
+    assert result.exit_code == 2, result.output
+    assert "no pager store" in result.output and "PAGER_HOME" in result.output
+    assert not (typo / "db").exists()
+    (tmp_path / "one.jsonl").write_text('{"speaker": "ann", "text": "hello there"}\n')
+    home = ["--home", str(tmp_path / "home")]
+    assert runner.invoke(app, [*home, "ingest", str(tmp_path / "one.jsonl")], env=ENV).exit_code == 0
+    result = runner.invoke(app, [*home, "migrate"], env=ENV)
+    assert result.exit_code == 0 and "up to date" in result.output, result.output
 
 
 def _home_with_pages(tmp_path) -> Config:

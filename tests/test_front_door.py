@@ -1,5 +1,6 @@
-"""`import pager` for Python users: the public names, cheaply; a Toolkit with typed methods that take
-the same path as `call`; conflicting arguments refused; one model protocol for the agent loop."""
+"""`import pager` for Python users: the public names, cheaply (the offline shell among them); a Toolkit
+with typed methods that take the same path as `call`; conflicting arguments refused; a closed Toolkit or
+Home refusing every call, naming the fix; one model protocol for the agent loop."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from typing import get_type_hints
 
 import pytest
 
-from conftest import run_py
+from conftest import run_py, ENV
 from pager.config import Config
-from pager.errors import ConfigError, ToolError
+from pager.errors import ConfigError, ToolError, PagerError, StoreError
 from pager.tools import AGENT, Toolkit
+import shutil
+from typer.testing import CliRunner
+from pager.cli.app import app
+import pager
 
 PUBLIC = ["Config", "Home", "Session", "build", "Toolkit", "Agent", "Model", "ModelReply", "PagerError",
           "ConfigError", "BudgetError", "InputError", "PageNotFound", "StoreError", "ModelError", "ToolError"]
@@ -257,3 +262,77 @@ def test_bench_without_its_packages_says_the_one_install_that_fixes_it(tmp_path,
                  cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [f"pager: {names}, which is not installed; pip install 'pager[bench]'"]
+
+
+def test_search_with_k_below_one_is_refused_in_words(maya, tmp_path):
+    from pager.config import Config
+    from pager.errors import ToolError
+    from pager.tools import Toolkit
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    with Toolkit(config=Config(home=home, session="maya", embedder="hash")) as m:
+        for k in (0, -1):
+            with pytest.raises(ToolError, match="k of 1 or more"):
+                m.search("peanut allergy", k=k)
+        assert "p5" in m.search("peanut allergy", k=1)
+
+
+def test_the_offline_shell_the_readme_names_for_the_agent_loop_is_a_public_name(tmp_path):
+    """The README's Python section says `HandlerModel(OfflineShell())` satisfies `pager.Model`, so
+    `pager.Agent(session, model).ask("…")` runs with no key; `pager.HandlerModel` was there, but
+    `pager.OfflineShell` was an AttributeError and nothing said where it lives."""
+    import pager
+
+    with pager.Home(Config(home=tmp_path, embedder="hash")) as home:
+        session = home.open("work")
+        agent = pager.Agent(session, pager.HandlerModel(pager.OfflineShell()))
+        agent.ask("My locker code is 3141.")
+        assert "3141" in agent.ask("What is my locker code?").text
+    assert "OfflineShell" in pager.__all__
+
+
+runner = CliRunner()
+
+
+def _turns(home, session: str) -> list[str]:
+    result = runner.invoke(app, ["--home", str(home), "export", "-s", session], env=ENV)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line)["text"] for line in result.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("trace", [True, False])
+def test_a_closed_toolkit_refuses_every_call_naming_the_fix(tmp_path, trace):
+    """`memory.remember(...)` after `memory.close()` (or after the `with` block) raised `ValueError: I/O
+    operation on closed file` from the trace writer; without a trace it reopened the closed home's journal
+    behind its back and stored the turn. Now every call, typed or `call`, raises a PagerError saying the
+    Toolkit is closed and to make a new one, and nothing is stored."""
+    home = tmp_path / "home"
+    with pager.Toolkit(config=Config(home=home, session="agent", embedder="hash"), trace=trace) as memory:
+        memory.remember("The deploy key lives in the vault.")
+    for late in (lambda: memory.remember("said after close"), lambda: memory.search("vault"),
+                 lambda: memory.call("remember", '{"text": "said after close"}')):
+        with pytest.raises(PagerError, match="closed.*new pager.Toolkit") as refused:
+            late()
+        assert not isinstance(refused.value, ToolError)
+    memory.close()   # closing twice stays harmless
+    assert _turns(home, "agent") == ["The deploy key lives in the vault."]
+
+
+def test_a_closed_home_refuses_writes_naming_the_fix(tmp_path):
+    """A `pager.Home` written after `close()` opened a new journal segment behind the close and accepted
+    the turn (durable, found by the next process, but written through a home its program had let go of).
+    Turns, state and bookmarks are refused now, and nothing is written."""
+    from pager.embed import HashEmbedder
+    from pager.home import Home
+
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=128, embedder="hash")
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open("notes")
+        s.append("ann", "the boat leaves at nine")
+    for write in (lambda: s.append("ann", "written after close"), lambda: s.set_state("k", "v"),
+                  lambda: s.bookmark([1], ["boat"])):
+        with pytest.raises(StoreError, match="was closed.*new pager.Home"):
+            write()
+    assert not list((home.local / "journal").glob("*.wal"))
+    assert _turns(tmp_path / "h", "notes") == ["the boat leaves at nine"]

@@ -1,5 +1,6 @@
 """What a library others install owes them: a license that matches its metadata, dependency ranges
-(never litellm 1.107.0), and one pinned set for CI inside those ranges."""
+(never litellm 1.107.0), one pinned set for CI inside those ranges, and a source tree that imports
+whole."""
 
 from __future__ import annotations
 
@@ -63,3 +64,21 @@ def test_the_demo_needs_no_bench_package():
     names = {canonicalize_name(r.name) for r in _requirements()}
     assert not names & {"matplotlib", "rank-bm25"}, "bench-only packages belong in the bench extra"
     assert {canonicalize_name(r.name) for r in _requirements("bench")} == {"matplotlib", "rank-bm25"}
+
+
+def test_the_source_tree_imports_whole_without_an_editable_install():
+    """The README's quick start is `pip install .` in a clone; a newcomer then runs its Python example
+    with python started in the clone's root, where the working folder comes first on sys.path and
+    `import pager` is the source tree's pager/, which has no prompts/, tools/ or cli/:
+    `pager.build` failed with "No module named 'pager.prompts'". The test's own editable install would
+    hide this, so the child drops its finder first."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+            "import pager, pager.prompts, pager.tools, pager.cli.app, pager.context; "
+            "assert pager.__file__.startswith(sys.argv[1]), pager.__file__")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

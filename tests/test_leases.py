@@ -15,6 +15,11 @@ from pager.embed import HashEmbedder
 from pager.errors import LeaseHeld
 from pager.home import Home
 from pager.store import MIGRATIONS, SCHEMA_VERSION
+import json
+from typer.testing import CliRunner
+from pager.cli.app import app
+from conftest import ENV
+from pager.fsck import check
 
 
 @pytest.fixture(params=["disk", "s3", "s3ddb"])
@@ -326,3 +331,218 @@ def test_a_store_opened_while_another_process_makes_it_is_not_migrated(tmp_path,
     assert all(meta[f"migration:{m.__name__}"] == "new store" for m in MIGRATIONS)
     assert first.swap_lease("u", "s", lambda held: ({"holder": "one", "expires": 1e12}, held)) is None
     assert second.lease("u", "s")["holder"] == "one"     # one leases table, shared
+
+
+runner = CliRunner()
+
+
+HOLDER = """
+import sys
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1], db=sys.argv[2], lease_s=1.0, budget=2048), embedder=HashEmbedder())
+s = home.open("s")
+for who, text in (("ann", "From host A: the venue is Lisbon."), ("assistant", "Noted."), ("ann", "The date is May 4")):
+    s.append(who, text)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def _killed_holder_numbered_over(tmp_path):
+    """Host a acknowledges three turns and is killed with SIGKILL holding the lease; host b, waiting
+    for the lease, writes turns 1 and 2 of the same session once it lapses, the second saying what
+    host a's turn 2 says. Returns (home a, store)."""
+    store, a = str(tmp_path / "store"), tmp_path / "a"
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(a), store], env={**os.environ, **ENV},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "holding", child.stderr.read()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    config = Config.load(env=ENV, home=tmp_path / "b", db=store, budget=2048, lease_wait_s=120)
+    with Home(config, embedder=HashEmbedder()) as b:
+        b.open("s").append("carol", "From host B: catering by Marco.")
+        b.open("s").append("assistant", "Noted.")
+    return a, store
+
+
+def test_export_of_a_home_whose_dead_process_was_numbered_over_loses_nothing(tmp_path):
+    """Before host a's home wrote again, `pager export` there printed host b's turn 1 in place of host
+    a's acknowledged 'From host A: the venue is Lisbon.' (exit 0; the question was simply not in the
+    file) and `pager check` said 'turn 1 means two messages' without a fix. Export refuses in one line
+    naming the command that recovers the journal; check names it too; after it, every turn is there."""
+    a, store = _killed_holder_numbered_over(tmp_path)
+    args = ["--home", str(a), "--db", store]
+    out = tmp_path / "a.jsonl"
+    exported = runner.invoke(app, [*args, "export", "-s", "s", "--out", str(out)], env=ENV)
+    assert exported.exit_code != 0 and not out.exists(), exported.output
+    assert "pager migrate" in exported.output and "Traceback" not in exported.output
+    checked = runner.invoke(app, [*args, "check", "-s", "s"], env=ENV)
+    assert checked.exit_code == 1 and "pager migrate" in checked.output, checked.output
+    assert runner.invoke(app, [*args, "migrate"], env=ENV).exit_code == 0
+    exported = runner.invoke(app, [*args, "export", "-s", "s", "--out", str(out)], env=ENV)
+    assert exported.exit_code == 0, exported.output
+    texts = [json.loads(line)["text"] for line in out.read_text().splitlines()]
+    # host a's turns after host b's, in the order acknowledged; its 'Noted.' is its own, not host b's
+    assert texts == ["From host B: catering by Marco.", "Noted.", "From host A: the venue is Lisbon.", "Noted.",
+                     "The date is May 4"]
+    assert runner.invoke(app, [*args, "check", "-s", "s"], env=ENV).exit_code == 0
+
+
+def test_a_bookmark_or_pin_refused_for_the_lease_changes_nothing(tmp_path):
+    """`pager mcp` on a host whose session another host was writing: `bookmark` came back refused
+    (the lease), yet `context` then showed the page with the refused keyword, and the server's exit
+    tried to write it ('pager: session … is being written by …' on stderr). A refused bookmark or pin
+    leaves memory as it was, and closing writes nothing of it."""
+    from pager.errors import LeaseHeld
+
+    store = str(tmp_path / "store")
+
+    def config(name: str) -> Config:
+        return Config(home=tmp_path / name, db=store, embedder="hash", budget=2048)
+
+    holder = Home(config("a"), embedder=HashEmbedder())
+    holder.open("s").append("ann", "the venue is Lisbon")
+    holder.flush()
+    b = Home(config("b"), embedder=HashEmbedder())
+    s = b.open("s")
+    for refused in (lambda: s.bookmark(["p1"], ["refusedword"]), lambda: s.pin(1)):
+        with pytest.raises(LeaseHeld):
+            refused()
+    assert "refusedword" not in s.directory.keywords(1) and not s.table[1].pinned
+    b.close()   # nothing of the refused calls is left to write
+    holder.close()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert all("refusedword" not in mark.keywords for mark in reader.store.bookmarks("", "s"))
+
+
+def test_a_writer_that_waited_for_the_lease_is_told_it_waited(tmp_path):
+    """`PAGER_LEASE_WAIT_S=2 pager ingest …` waited 2 s, then said '… or set PAGER_LEASE_WAIT_S to wait
+    for it', the setting it had just used. It says how long it waited and to raise the setting."""
+    from pager.errors import LeaseHeld
+
+    store = str(tmp_path / "store")
+    holder = Home(Config(home=tmp_path / "a", db=store, embedder="hash", budget=2048), embedder=HashEmbedder())
+    holder.open("s").append("ann", "on host a")
+    waited = Home(Config(home=tmp_path / "b", db=store, embedder="hash", budget=2048, lease_wait_s=0.3),
+                  embedder=HashEmbedder())
+    with pytest.raises(LeaseHeld) as refused:
+        waited.open("s").append("bob", "on host b")
+    assert "waited 0.3 s" in str(refused.value) and "raise PAGER_LEASE_WAIT_S" in str(refused.value)
+    assert holder.leases.holder in str(refused.value)
+    holder.close()
+    waited.close()
+
+
+def _files(folder) -> dict:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_reader_on_a_restarted_home_shows_no_dead_turn_at_a_number_another_home_gave(shared, tmp_path):
+    """Host a's holder is killed; host b writes two turns and a state change and flushes; host a restarts
+    while b holds the lease. `pager inspect` there said 5 turns (b's two, then three of the dead
+    process's at numbers 3-5, its first two hidden under b's), `pager search` showed a dead turn on
+    b's page, `pager sessions` said 5: none of it what the store holds or will hold. A reader now shows
+    what the restarted writer shows (b's turns), says why in one line, and writes nothing."""
+    config, env = shared
+    _killed_while_holding(CHILD, tmp_path / "a", "2", 5, env)
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    sb = b.open("s")
+    sb.append("bob", "host b one")
+    sb.append("bob", "host b two")
+    sb.set_state("city", "Paris")
+    b.flush()
+    a = Home(config("a"), embedder=HashEmbedder())   # restarts while b holds the lease: recovery waits
+    assert a.recovered == 0
+    s = a.open("s")
+    assert s.turn_count == 2 and not [h for h in s.search("acknowledged on host a") if h.n != s.tail_n]
+    args = ["--home", str(tmp_path / "a")]
+    before = _files(tmp_path / "a")
+    inspected = runner.invoke(app, [*args, "inspect", "-s", "s", "--json"], env=env)
+    assert inspected.exit_code == 0 and "Traceback" not in inspected.output, inspected.output
+    shown = json.loads(inspected.stdout.splitlines()[-1])
+    assert shown["turns"] == 2 and shown["state"]["city"]["value"] == "Paris", shown
+    assert "numbered" in inspected.output or "another home" in inspected.output   # the one line saying why
+    found = runner.invoke(app, [*args, "search", "acknowledged on host a", "-s", "s"], env=env)
+    assert found.exit_code == 0 and "Traceback" not in found.output, found.output
+    assert not [line for line in found.stdout.splitlines() if "│" in line and "acknowledged" in line], found.output
+    listed = runner.invoke(app, [*args, "sessions", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert [r["turns"] for r in json.loads(listed.stdout.splitlines()[-1])["sessions"] if r["session"] == "s"] == [2]
+    exported = runner.invoke(app, [*args, "export", "-s", "s"], env=env)
+    assert exported.exit_code == 1 and "pager migrate" in exported.output and "Traceback" not in exported.output
+    assert _files(tmp_path / "a") == before, "a reader wrote nothing"
+    b.close()
+    s.append("ann", "host a, after its restart")   # recovers the dead turns first
+    a.close()
+    dead = [f"acknowledged {i} on host a" for i in range(5)]
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "s") == ["host b one", "host b two", *dead, "host a, after its restart"]
+    inspected = runner.invoke(app, [*args, "inspect", "-s", "s", "--json"], env=env)
+    assert json.loads(inspected.stdout.splitlines()[-1])["turns"] == 8 and "another home" not in inspected.output
+
+
+TWO_SESSIONS = """
+import sys
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.fsck import check
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1], lease_s=1.0, budget=2048), embedder=HashEmbedder())
+for name in ("free", "held"):
+    s = home.open(name)
+    for i in range(3):
+        s.append("ann", f"{name} {i} on host a")
+    s.set_state("city", f"Lisbon for {name}")
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_dead_journal_of_two_sessions_one_held_elsewhere_is_recovered_in_two_steps(shared, tmp_path):
+    """The dead process's journal holds ops of session 'free' (nobody else writes it) and 'held' (host b
+    numbered over it and still holds its lease). Host a's restart recovers 'free' at once and keeps the
+    segment for 'held'; a second restart meanwhile recovers nothing twice; the first write of 'held'
+    recovers the rest, and only then is the segment gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config, env = shared
+    child = subprocess.Popen([sys.executable, "-c", TWO_SESSIONS, str(tmp_path / "a")], env={**os.environ, **env},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "holding", child.stderr.read()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    segment = list((tmp_path / "a").rglob("*.wal"))
+    assert len(segment) == 1
+    b = Home(config("b", lease_wait_s=120), embedder=HashEmbedder())
+    sb = b.open("held")
+    sb.append("bob", "held 0 on host b")
+    sb.set_state("city", "Paris")
+    b.flush()
+    for restart in range(2):
+        with Home(config("a"), embedder=HashEmbedder()) as a:
+            assert a.recovered == (3 if restart == 0 else 0), (restart, a.warnings)
+            assert segment[0].exists(), "kept until 'held' is recovered too"
+            assert a.open("held").turn_count == 1 and a.open("held").state.values() == {"city": "Paris"}
+            assert a.open("free").turn_count == 3
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "free") == [f"free {i} on host a" for i in range(3)]
+        assert [(c.seq, c.value) for c in reader.store.state_changes("", "free")] == [(1, "Lisbon for free")]
+    b.close()
+    with Home(config("a"), embedder=HashEmbedder()) as a:
+        a.open("held").append("ann", "host a, after its restarts")
+        assert not segment[0].exists()
+    with Home(config("c"), embedder=HashEmbedder(), read_only=True) as reader:
+        assert texts(reader, "held") == ["held 0 on host b", *[f"held {i} on host a" for i in range(3)],
+                                         "host a, after its restarts"]
+        assert [(c.seq, c.value, c.turn) for c in reader.store.state_changes("", "held")] == [
+            (1, "Paris", 1), (2, "Lisbon for held", 4)]
+        assert texts(reader, "free") == [f"free {i} on host a" for i in range(3)]
+        for name in ("free", "held"):
+            report = check(reader, "", name)
+            assert report.ok, (name, report.problems)
+    assert not list((tmp_path / "a").rglob("*.wal"))

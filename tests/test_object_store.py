@@ -7,6 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from pager.cli.app import app
+from conftest import numbered_conversation
 
 runner = CliRunner()
 
@@ -97,3 +98,35 @@ def test_an_s3_ddb_store_without_its_table_is_one_line_naming_the_fix(tmp_path, 
     result = runner.invoke(app, ["--home", str(tmp_path / "h"), "--db", uri, "ingest", str(data)], env=env)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "DynamoDB" in result.output and "base_uri" in result.output, result.output
+
+
+def test_migrate_of_an_object_store_made_with_the_default_embedder_says_it_is_up_to_date(tmp_path, s3):
+    """The README's `pager --db s3://memory/team migrate`, run on a store `pager ingest` had just made,
+    failed: "holds 128-dim vectors, the embedder makes 256; set PAGER_EMBEDDER…", with PAGER_EMBEDDER
+    unset. The check for a store being there opened it as a store of 256-dim vectors; it now only lists
+    its tables."""
+    env, uri = s3
+    data = tmp_path / "notes.jsonl"
+    data.write_text(json.dumps({"speaker": "Maya", "text": "We chose Yjs over OT for the sync engine."}) + "\n")
+    made = runner.invoke(app, ["--home", str(tmp_path / "a"), "--db", uri, "ingest", str(data), "-s", "planning"], env=env)
+    assert made.exit_code == 0, made.output
+    result = runner.invoke(app, ["--home", str(tmp_path / "b"), "--db", uri, "migrate"], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"the store at {uri} is up to date" in result.output
+    typo = runner.invoke(app, ["--home", str(tmp_path / "b"), "--db", uri + "-typo", "migrate"], env=env)
+    assert typo.exit_code == 2 and "no pager store at" in typo.output, typo.output
+
+
+def test_migrate_on_an_object_store_made_at_the_default_vector_size(tmp_path, s3):
+    """The README's `pager --db s3://memory/team migrate` refused every store made by this release:
+    asking whether a store was there at all opened it as 256-dim, and today's default is 128."""
+    env, uri = s3
+    env = {**env, "PAGER_EMBEDDER": "wordllama"}   # the default the README's commands run with
+    home = str(tmp_path / "h")
+    made = runner.invoke(app, ["--home", home, "--db", uri, "ingest", str(numbered_conversation(tmp_path / "c.jsonl", 6)),
+                               "-s", "planning"], env=env)
+    assert made.exit_code == 0, made.output
+    migrated = runner.invoke(app, ["--home", home, "--db", uri, "migrate"], env=env)
+    assert migrated.exit_code == 0 and "is up to date" in migrated.output, migrated.output
+    empty = runner.invoke(app, ["--home", home, "--db", uri + "-none", "migrate"], env=env)
+    assert empty.exit_code != 0 and "no pager store" in empty.output, empty.output

@@ -1,4 +1,6 @@
-"""Traces: every sample replays exactly; an edited trace names where it diverges; OPT is a true optimum."""
+"""Traces: every sample replays exactly; an edited trace names where it diverges; OPT is a true optimum;
+the recorded policy (the one in force when recorded, starred) changes no context, and `--check` refuses
+another."""
 
 import json
 import random
@@ -7,11 +9,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, ENV, chat
 from pager.cli.app import app
 from pager.errors import InputError
 from pager.replay import opt_faults, replay
 from pager.trace import read_trace
+import shutil
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
 
 TRACES = sorted((ROOT / "traces").glob("*.jsonl")) + [ROOT / "pager" / "data" / "demo_trace.jsonl"]
 runner = CliRunner()
@@ -185,3 +191,77 @@ def test_a_session_resumed_at_a_smaller_budget_replays_exactly(tmp_path):
     replayed = CliRunner().invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--check"], env=ENV)
     assert replayed.exit_code == 0, replayed.output
     assert next(e for e in events if e["kind"] == "snapshot")["bookmarks"] == []
+
+
+QUESTIONS = ["Who is allergic to peanuts?", "What did we decide about the sync engine?"]
+
+
+def test_replay_all_stars_the_policy_in_force_when_recorded(maya, tmp_path):
+    """A chat that switched with `/policy lru` before its questions is reproduced by the lru row; the
+    star used to sit on clock, the policy the session started with."""
+    from pager import replay as rp
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    chat(home, ["/policy bogus", "/pin p9999", "/policy lru", *QUESTIONS, "What about Lisbon?"], "--budget", "2048")
+    trace = next((home / "traces").glob("maya-chat-*.jsonl"))
+    result = runner.invoke(app, ["--home", str(tmp_path / "r"), "replay", str(trace), "--policy", "all"], env=ENV)
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ ")
+            and line.split()[1].rstrip("*") in ("clock", "lru", "lfu", "scored")}
+    assert "lru*" in rows and "clock*" not in rows, result.output
+    assert "switched clock → lru" in " ".join(result.output.split()), result.output
+    lru = rp.replay(trace, policy="lru")
+    assert lru.changed_contexts == 0   # the starred row is the one that reproduces the recording
+
+
+def test_replay_under_the_recorded_policy_changes_no_context(tmp_path):
+    """`pager replay TRACE` (no --policy) printed `clock* … contexts changed 7/9` for a chat trace that
+    `pager replay TRACE --check` reproduced exactly: the recorded policy was replayed as a what-if, its
+    CLOCK hand restarted at frame 0, so the row meant to be the recording was not. Here the session's
+    hand has moved (weeks appended under a small budget evict) before the traced questions."""
+    import json
+
+    from pager.agent import Agent
+    from pager.model import HandlerModel
+    from pager.offline import OfflineShell
+    from pager.trace import TraceWriter, begin
+    from conftest import DEMO
+
+    lines = [json.loads(line) for line in DEMO.read_text().splitlines()]
+    trace = tmp_path / "chat.jsonl"
+    with Home(Config(home=tmp_path / "h", budget=4096, embedder="hash"), embedder=HashEmbedder()) as home:
+        session = home.open("maya")
+        for i in range(0, len(lines), 11):
+            session.append_many(lines[i:i + 11])
+        assert session.policy.hand != 0
+        writer = TraceWriter(trace)
+        session.events.listeners.append(writer)
+        agent = Agent(session, HandlerModel(OfflineShell()))
+        begin(session, "pager/offline", agent.budget)
+        for question in ("Who is allergic to peanuts?", "When does Priya start?", "What did we pick for sync?"):
+            agent.ask(question)
+        writer.close()
+    assert runner.invoke(app, ["replay", str(trace), "--check"], env=ENV).exit_code == 0
+    for args in ([], ["--policy", "clock"], ["--policy", "all"]):
+        result = runner.invoke(app, ["replay", str(trace), *args], env=ENV)
+        assert result.exit_code == 0, result.output
+        row = next(line for line in result.output.splitlines() if "clock*" in line)
+        changed = row.split("│")[5].strip()
+        assert changed.startswith("0/"), (args, row)
+
+
+def test_replay_check_under_another_policy_is_refused_not_ignored(tmp_path):
+    """`pager replay TRACE --check --policy lru` printed "ok: 887 recorded events reproduced exactly" for
+    a trace recorded under CLOCK: --check ignored --policy (and took any name, `--policy bogus` too),
+    so it looked as if LRU made the same decisions. The recorded policy is accepted; another is refused,
+    naming the command that compares it."""
+    trace = "traces/clock_vs_lru.jsonl"
+    home = ["--home", str(tmp_path)]
+    for policy in ("lru", "all", "bogus"):
+        result = runner.invoke(app, [*home, "replay", trace, "--check", "--policy", policy], env=ENV)
+        assert result.exit_code == 2 and "reproduced" not in result.output, (policy, result.output)
+    result = runner.invoke(app, [*home, "replay", trace, "--check", "--policy", "lru"], env=ENV)
+    assert "clock" in result.output and f"pager replay {trace} --policy lru" in result.output, result.output
+    result = runner.invoke(app, [*home, "replay", trace, "--check", "--policy", "clock"], env=ENV)
+    assert result.exit_code == 0 and "reproduced exactly" in result.output, result.output

@@ -1,6 +1,7 @@
 """A chat's trace replays exactly when another process wrote to the session while a message was
 being answered: its turns (and state) are taken in by the session's sync inside the answer, and
-replay feeds them at that same point, not after the answer."""
+replay feeds them at that same point, not after the answer; and when its trace began after another
+process had flushed turns, or while another live process held turns only in its journal."""
 
 from pager.agent import Agent
 from pager.embed import HashEmbedder
@@ -61,5 +62,51 @@ def test_a_trace_replays_with_another_process_writing_during_answers(config, tmp
 
     run = replay(writer.path, check=True)
     assert run.divergence is None, run.divergence
+    b.close()
+    a.close()
+
+
+def test_a_trace_begun_after_another_process_flushed_replays(config, tmp_path):
+    """Three `pager chat` processes started at once on one session: one opened the session at 6 turns,
+    another flushed 4 more to the store before the first's trace began. The trace's snapshot was read
+    from the store (10 turns) while its session held 6 and took the other 4 in at its first message (an
+    `append` from another process): replay loaded the 4 twice and `pager replay --check` failed at the
+    first turn. The snapshot now holds what the session held when its trace began."""
+    a, b = Home(config, embedder=HashEmbedder()), Home(config, embedder=HashEmbedder())
+    sb = b.open("shared")
+    say(sb, 6)
+    sa = a.open("shared")          # takes b's 6 turns in from b's journal, sealing pages b has not stored
+    say(sb, 4, start=100)
+    b.close()                      # the other process ends: its turns are in the store
+    assert sa.turn_count == 6 and sa.pending.pages
+    writer = TraceWriter(tmp_path / "a.jsonl")
+    sa.events.listeners.append(writer)
+    agent = Agent(sa, HandlerModel(OfflineShell()))
+    begin(sa, "pager/offline", agent.budget)
+    agent.ask("what does turn 101 say?")
+    writer.close()
+    run = replay(writer.path, check=True)
+    assert run.divergence is None, run.divergence.describe()
+    a.close()
+
+
+def test_a_trace_begun_holding_another_live_processs_unflushed_turns_replays(config, tmp_path):
+    """The other way round: the session took in turns another live process had only in its journal, so
+    the snapshot read from the store lacked them (0 turns for a session of 4) and replay numbered the
+    next turn 1 where the recording had 5."""
+    a, b = Home(config, embedder=HashEmbedder()), Home(config, embedder=HashEmbedder())
+    sb = b.open("shared")
+    say(sb, 4)
+    sa = a.open("shared")          # takes b's turns in from b's journal: b has flushed nothing
+    assert sa.turn_count == 4
+    writer = TraceWriter(tmp_path / "a.jsonl")
+    sa.events.listeners.append(writer)
+    agent = Agent(sa, HandlerModel(OfflineShell()))
+    begin(sa, "pager/offline", agent.budget)
+    say(sb, 2, start=100)
+    agent.ask("what does turn 2 say?")
+    writer.close()
+    run = replay(writer.path, check=True)
+    assert run.divergence is None, run.divergence.describe()
     b.close()
     a.close()

@@ -195,6 +195,22 @@ def test_client_tools_are_checked(open_server):
         assert r.status_code == 400 and "c1" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("tools", [False, True], ids=["no tools of its own", "tools of its own"])
+def test_tool_choice_is_auto_or_none_as_the_readme_says(tools):
+    """The README: "`tool_choice` may be `auto` or `none`". Without tools of the client's own, any
+    other value was taken silently; with them, the refusal said only 'auto' was supported."""
+    from pager.proxy import RequestError, parse
+
+    mine = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}]
+    body = {"model": "offline", "messages": [{"role": "user", "content": "hi"}], **({"tools": mine} if tools else {})}
+    for choice in ("auto", "none"):
+        parse({**body, "tool_choice": choice}, None, "default", 2048)
+    for choice in ("required", {"type": "function", "function": {"name": "weather"}}):
+        with pytest.raises(RequestError) as refused:
+            parse({**body, "tool_choice": choice}, None, "default", 2048)
+        assert refused.value.param == "tool_choice" and "'auto' or 'none'" in str(refused.value)
+
+
 def counting_model(name: str) -> list[int]:
     """Register model pager/NAME answering "answer number N" for its N-th call; the list of its calls."""
     from pager.llm import register
@@ -350,7 +366,7 @@ def test_a_failing_model_is_502_and_the_message_is_kept(open_server):
 
 
 def test_a_model_name_no_provider_answers_to_is_404_and_stores_nothing(open_server):
-    """An outsider's `"model": "nosuchmodel-xyz"` was a 502 "the model failed: … LLM Provider NOT provided",
+    """A client's `"model": "nosuchmodel-xyz"` was a 502 "the model failed: … LLM Provider NOT provided",
     its message stored in a session; no call of that name can ever work: OpenAI's 404 model_not_found."""
     with open_server.http() as http:
         r = http.post("/v1/chat/completions", json={"model": "nosuchmodel-xyz", "user": "unroutable", "messages": [
@@ -598,6 +614,48 @@ def test_no_keys_means_loopback_only(tmp_path):
     assert "pager serve on" not in result.output   # the banner only once the port is bound
     ring.create("acme")
     check_host("0.0.0.0", ring)
+
+
+def test_a_revoked_last_key_is_refused_not_served_as_the_local_user(tmp_path):
+    """`pager keys revoke` of the server's only key left it with no keys, and a client still sending the
+    revoked key was then served as the local user: its `POST /sessions/secret/turns` answered 201 and stored
+    the turn in the local user's namespace (a session acme never sees), where a revoked key must be a 401.
+    A pager key sent to a server that has none is refused now, and nothing is stored."""
+    key_id, key = KeyRing(tmp_path).create("acme")
+    running = Running(tmp_path)
+    try:
+        with running.http(key) as http:
+            said = {"messages": [{"role": "user", "content": "acme's secret"}]}
+            assert http.post("/sessions/secret/turns", json=said).status_code == 201
+            KeyRing(tmp_path).revoke(key_id.id)
+            refused = http.post("/sessions/secret/turns", json={"messages": [{"content": "sent after the revoke"}]})
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["error"]["code"] == "invalid_api_key" and "revoked" in refused.json()["error"]["message"]
+        with running.http() as http:   # no key: the local user's sessions, which hold nothing
+            assert http.get("/sessions").json()["data"] == []
+    finally:
+        running.stop()
+
+
+def test_without_keys_a_peer_beyond_loopback_is_refused_whatever_its_host_header_says(tmp_path):
+    """A server bound to 0.0.0.0 (allowed while it had keys) whose last key was revoked answered anyone on
+    the network who sent `Host: 127.0.0.1`: the header is the client's to write. The peer's address is
+    checked too now."""
+    from starlette.requests import Request
+
+    from pager.serve import RequestError, tenant_of
+
+    def request(peer: str) -> Request:
+        return Request({"type": "http", "method": "GET", "path": "/sessions", "headers": [(b"host", b"127.0.0.1:8765")],
+                        "client": (peer, 40000)})
+
+    keys = KeyRing(tmp_path)   # no keys file: no keys
+    assert tenant_of(request("127.0.0.1"), keys, "") == ""
+    assert tenant_of(request("::ffff:127.0.0.1"), keys, "") == ""
+    for peer in ("192.0.2.7", "::ffff:192.0.2.7"):
+        with pytest.raises(RequestError) as refused:
+            tenant_of(request(peer), keys, "")
+        assert refused.value.status == 403 and refused.value.code == "not_local"
 
 
 # -- the README's examples, run against a live server ------------------------------------------------------

@@ -2,10 +2,12 @@
 
 import pytest
 
-from conftest import say
+from conftest import say, hash_config, listed_sessions
 from pager.context import build
 from pager.page import header_reserve
 from pager.errors import BudgetError, InputError, PageNotFound
+from pager.embed import HashEmbedder
+from pager.home import Home
 
 
 def test_eviction_under_pressure_keeps_every_page(mem_home):
@@ -212,3 +214,26 @@ def test_a_used_key_with_other_words_is_refused_and_the_retry_still_answered(lan
     with pytest.raises(InputError, match="'k3' was first sent with other words"):
         s.append_many([{"speaker": "ada", "text": "One.", "key": "k3"}, {"speaker": "ada", "text": "Two.", "key": "k3"}])
     assert s.turn_count == 1
+
+
+def test_a_pin_on_a_session_with_no_turns_is_refused_not_lost(tmp_path):
+    """`/pin p1` on a new session said it was pinned, and the pin was gone after a restart: a session with
+    no turns stores no page table. Its one page, the open page, holds nothing to keep resident, so the
+    pin is refused, saying what to do; pinned once the page holds a turn, it stays pinned."""
+    from pager.tools import Toolkit
+
+    config = hash_config(tmp_path / "h", session="fresh")
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open()
+        with pytest.raises(PageNotFound, match="holds nothing yet.*add what should stay resident first"):
+            s.pin(1)
+        assert not s.table[1].pinned
+    with Toolkit(config=config) as memory:
+        assert "holds nothing yet" in memory.call("pin", '{"page_id": "p1"}')   # the model is told, as text
+    assert listed_sessions(tmp_path / "h") == {}   # nothing was made of it
+    with Home(config, embedder=HashEmbedder()) as home:
+        s = home.open()
+        s.append("ann", "My name is Ann and I am allergic to peanuts.")
+        s.pin(1)
+    with Home(config, embedder=HashEmbedder()) as home:
+        assert home.open().table[1].pinned

@@ -17,6 +17,9 @@ from pager.replay import replay
 from pager.store import MemoryStore
 from pager.summaries import EPISODE, ROLLING, Draft, Extractive, Recorded, sentences
 from pager.views import inspect_json, tier_hits
+from typer.testing import CliRunner
+from pager.cli.app import app
+from conftest import ENV
 
 DAY = 86_400
 T0 = 1_700_000_000
@@ -302,7 +305,7 @@ def test_the_tiers_are_visible_in_search_inspect_the_repl_and_the_tools(tmp_path
 
 
 def test_the_extractive_rolling_summary_says_what_people_said_each_line_once(tmp_path):
-    """An outsider found the demo's rolling summary two assistant sentences, each three times."""
+    """The demo's rolling summary was two assistant sentences, each three times."""
     from pager.summaries import Extractive
 
     home = Home(Config(home=tmp_path / "h", embedder="hash"))
@@ -319,3 +322,21 @@ def test_the_extractive_rolling_summary_says_what_people_said_each_line_once(tmp
     assert len(lines) == len(set(lines)) == 4, rolling.text
     assert all(line.startswith("maya: ") for line in lines), rolling.text
     home.close()
+
+
+runner = CliRunner()
+
+
+def test_summaries_with_a_key_it_does_not_have_says_so(maya, tmp_path):
+    """`/summaries nokey` printed an empty table, where `/state nokey` says the state has no such key and
+    names its keys; the ids the table shows (s1, s2 …) were not taken either."""
+    import shutil
+
+    from conftest import chat
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    assert runner.invoke(app, ["--home", str(home), "summarize", "-s", "maya"], env=ENV).exit_code == 0
+    out = " ".join(chat(home, ["/summaries nokey", "/summaries s1"]).split())
+    assert "no summary has the key 'nokey'" in out and "rolling" in out, out
+    assert "summary 'e1': every version" in out and "│ s1 " in out, out

@@ -1,4 +1,5 @@
-"""One type walk for a tool's schema and its argument checks: what the schema allows is accepted."""
+"""One type walk for a tool's schema and its argument checks: what the schema allows is accepted, and
+what it refuses is said in plain English."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from pager.tools import Dispatcher
+import pager
+from pager.config import Config
 
 
 def tune(session, mode: Literal["fast", "slow"], ratio: float, label: str | None = None,
@@ -95,3 +98,13 @@ def test_a_type_no_schema_describes_fails_when_the_tool_is_registered():
 
     with pytest.raises(TypeError, match="tool odd, parameter when: no JSON schema"):
         Dispatcher((odd,))
+
+
+def test_a_wrong_list_argument_reads_as_english(tmp_path):
+    """`bookmark` with keywords as an object answered "keywords must be a list of a strings"."""
+    with pager.Toolkit(config=Config(home=tmp_path / "home", session="agent", embedder="hash"), trace=False) as memory:
+        memory.remember("The deploy key lives in the vault.")
+        text = memory.call("bookmark", '{"page_ids": ["p1"], "keywords": {"vault": 1}}')
+        assert "keywords must be a list of strings, got {'vault': 1}" in text, text
+        text = memory.call("bookmark", '{"page_ids": [["p1"]], "keywords": ["vault"]}')
+        assert "page_ids must be a string, got ['p1']" in text, text

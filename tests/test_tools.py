@@ -1,4 +1,5 @@
-"""The tool bundle: schemas, the toolkit, the MCP server in process and over stdio, two processes on one home."""
+"""The tool bundle: schemas, the toolkit, the MCP server in process and over stdio (its version, Ctrl-C
+while it waits, a file or /dev/null on stdin), two processes on one home."""
 
 import asyncio
 import json
@@ -10,7 +11,7 @@ import time
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import ROOT
+from conftest import ROOT, ENV
 from pager.config import Config
 from pager.replay import replay
 from pager.tools import AGENT, MODEL, Toolkit
@@ -285,3 +286,64 @@ def test_mcp_reads_a_null_argument_as_sent_not_as_a_missing_one(toolkit):
     assert "missing" not in required.content[0].text and "text" in required.content[0].text
     assert optional.is_error and optional.content[0].text == toolkit.run("search", {"query": "x", "k": None})[0]
     assert not fine.is_error and toolkit.session.turn_count == 1   # the refused calls stored nothing
+
+
+def test_the_mcp_server_says_its_version():
+    """`pager mcp` (and /mcp of `pager serve`) answered `initialize` with `"serverInfo": {"name": "pager",
+    "version": ""}`: an MCP client shows and logs the server it talks to by that version."""
+    from pager import __version__
+    from pager.tools import Toolkit
+    from pager.tools.mcp_server import build
+
+    server = build(Toolkit.__new__(Toolkit))
+    assert __version__ and server.version == __version__
+
+
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+
+
+def test_ctrl_c_stops_pager_mcp_while_it_waits_for_a_client(tmp_path):
+    """`pager mcp` started in a terminal to see what it does waits for JSON-RPC on stdin; Ctrl-C did nothing
+    until a line or Ctrl-D came (stdin was read by a worker thread that the cancel and the exit wait
+    for). Now the event loop waits on stdin, and Ctrl-C exits 130 at once. Every wait here has a
+    timeout and the child is killed in any case, so the test cannot hang."""
+    import queue
+    import signal
+    import threading
+
+    env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
+    # Ctrl-C as a terminal's foreground process takes it: a test run started in the background (`.ci/run &`)
+    # ignores SIGINT, and a child inherits that, so the child gives itself Python's handler first
+    terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "sys.argv = ['pager', 'mcp', '-s', 'desk']; runpy.run_module('pager.cli', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", terminal], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        proc.stdin.write(INITIALIZE.encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(lines.get(timeout=120))["id"] == 1   # serving, and waiting for the next line
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)    # stdin stays open: before, this waited for a line that never came
+        err = proc.stderr.read().decode()
+        assert code == 130 and "interrupted" in err, (code, err)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def test_pager_mcp_reads_a_file_or_dev_null_on_stdin(tmp_path):
+    """The loop waits on a terminal or a pipe; a file on stdin (`pager mcp < requests.jsonl`), which it
+    cannot wait on, is read as before, and /dev/null ends the server at once."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(INITIALIZE + "\n")
+    env = {**os.environ, **ENV, "PAGER_HOME": str(tmp_path)}
+    with open(requests) as stdin:
+        done = subprocess.run([sys.executable, "-m", "pager.cli", "mcp"], stdin=stdin, capture_output=True,
+                              timeout=120, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout.splitlines()[0])["id"] == 1, done.stderr.decode()
+    done = subprocess.run([sys.executable, "-m", "pager.cli", "mcp"], stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0 and not done.stdout, done.stderr.decode()

@@ -1,6 +1,6 @@
 """A value updated in plain text is answered with the new value; asked what it was before, the old one.
 
-The outside tester's first hour: "The product launch is on March 3." … "Update: the product launch
+Found in a newcomer's first hour: "The product launch is on March 3." … "Update: the product launch
 moved to April 10." … "When is the product launch?" was answered "March 3": the shorter first
 statement ranked above the update (BM25's length norm), automatic paging faulted its page and
 evicted the update's, and the offline shell quoted the best-matching line, the old one."""
@@ -139,3 +139,33 @@ def test_a_cue_word_after_an_apostrophe_is_found():
 
     text = "the'cancelled meeting"
     assert update_terms(text) == _update_terms_by_regex_alone(text) != ()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("actually my city is now Lisbon", [("city", "Lisbon")]),
+    ("Actually, my city is Lisbon.", [("city", "Lisbon")]),
+    ("Oh, and my locker code is 4471", [("locker code", "4471")]),
+    ("ok so my dose is now 20 mg", [("dose", "20 mg")]),
+    ("Correction: my flight number is LH 402", [("flight number", "LH 402")]),
+    ("btw remember that my locker code is 4471", [("locker code", "4471")]),
+    ("actually I think my city is Lisbon", []),          # a hedge stays a hedge
+    ("actually my sister is visiting next week", []),    # an event stays an event
+])
+def test_a_statement_after_a_word_of_talk_is_still_a_statement(text, expected):
+    """`my city is Berlin`, then `actually my city is now Lisbon`: the shell answered "Noted — it's in
+    memory" and kept Berlin, so "what is my city?" answered Berlin from the state."""
+    from pager.state import parse_statements
+
+    assert parse_statements(text) == expected
+
+
+def test_asked_what_a_value_was_before_when_it_had_one_the_shell_says_so():
+    """"what was my city before?" with one value in the state answered "From the state: city: Berlin",
+    the value now given as the earlier one."""
+    from pager.offline import OfflineShell
+
+    system = "[state · 1 key]\n- city: Berlin (p71, 2 Dec 2026)\n"
+    before = OfflineShell().answer("what was my city before?", system)
+    assert "city: Berlin" in before and "no earlier value" in before, before
+    now = OfflineShell().answer("what is my city?", system)
+    assert now == "From the state: “city: Berlin (p71, 2 Dec 2026)”"

@@ -1,7 +1,8 @@
-"""A search always has nearest pages by meaning; for "xyzzy plugh" they are no answer (the outside tester's
-first hour: k hits for nonsense read as "pager found something"). A hit holding no word of the query, near
-it by meaning only below `weak_similarity`, is marked weak, and a search whose hits are all weak says that
-no page matches, in the CLI, its JSON, and the search tool the model reads."""
+"""A search always has nearest pages by meaning; for "xyzzy plugh" they are no answer (found in a
+newcomer's first hour: k hits for nonsense read as "pager found something"). A hit holding no word of
+the query, near it by meaning only below `weak_similarity`, is marked weak, a memory tier's hit as a
+page's, and a search whose hits are all weak says that no page matches, in the CLI, its JSON, and the
+search tool the model reads."""
 
 import json
 
@@ -55,3 +56,24 @@ def test_weak_is_no_word_no_other_match_and_a_low_similarity():
     assert not is_weak(Hit(5, 0.5, {"vector": 0.1, "bookmark": 0.3}), False, 0.4)
     assert not is_weak(Hit(6, 0.5, {"vector": 0.1, "date": 1.0}), False, 0.4)
     assert not is_weak(far, False, 0.0)             # weak_similarity 0: none is (traces recorded before it)
+
+
+def test_tier_hits_near_by_meaning_only_are_marked_weak_like_pages(maya, tmp_path):
+    """`pager search "xyzzy plugh"` said no page matches by its words and marked every page weak, then
+    listed eight summaries "in the memory tiers" with scores, unmarked, as if they matched."""
+    import json
+    import shutil
+
+    home = tmp_path / "h"
+    shutil.copytree(maya, home)
+    assert runner.invoke(app, ["--home", str(home), "summarize", "-s", "maya"], env=ENV).exit_code == 0
+    nothing = runner.invoke(app, ["--home", str(home), "search", "xyzzy plugh", "-s", "maya", "--json"], env=ENV)
+    tiers = json.loads(nothing.output)["tiers"]
+    assert tiers and all(t["weak"] for t in tiers if t["kind"] in ("fact", "summary")), tiers
+    okta = json.loads(runner.invoke(app, ["--home", str(home), "search", "Okta", "-s", "maya", "--json"], env=ENV).output)
+    hits = [t for t in okta["tiers"] if t["kind"] == "summary" and "Okta" in t["text"]]
+    assert hits and not any(t["weak"] for t in hits)
+    table = runner.invoke(app, ["--home", str(home), "search", "xyzzy plugh", "-s", "maya"], env=ENV,
+                          terminal_width=200).output
+    tier_rows = [line for line in table.split("in the memory tiers")[1].splitlines() if line.startswith("│ summary")]
+    assert tier_rows and all("weak" in line for line in tier_rows), table

@@ -1,7 +1,7 @@
-"""What an engineer found trying pager with a real model for the first time, the 23rd pass: `pager chat
---model`, `pager serve` and the README's agent loop, through litellm, against an OpenAI-compatible server
-of the test's own on 127.0.0.1 that answers the awkward ways real models do. Each test fails on the code
-before its fix."""
+"""Replies the way real models send them, through litellm against an OpenAI-compatible server of the
+test's own on 127.0.0.1 (`pager chat --model`, `pager serve`, the README's agent loop): a reply cut at
+the output limit, one repeating pager's prompt or quoting a search result, tool results outgrowing the
+budget, a reply with no text, a failing provider asked once per try."""
 
 import json
 import re
@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from pager.cli.app import app
 from pager.config import Config
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
+
 runner = CliRunner()
 
 
@@ -207,8 +209,6 @@ def test_the_readme_agent_loop_survives_a_reply_with_no_text(tmp_path, fake, mon
     finally:
         memory.close()
     assert _texts(tmp_path / "h", "my-agent") == ["My name is Ada.", "Are you there?", "Hello?", "Hello, Ada."]
-
-
 
 
 def test_a_reply_quoting_two_lines_of_a_search_result_keeps_them(tmp_path):

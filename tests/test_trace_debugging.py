@@ -1,7 +1,7 @@
-"""What an engineer found debugging why their agent forgot something, the 25th pass: only what the README
-offers (`pager chat` offline, `pager ingest`, `pager trace show` in the terminal and as HTML, `pager replay
---check`), on traces of resumed chats, of the toolkit, cut by a crash and thousands of events long. Each test
-fails on the code before its fix."""
+"""Finding out why an agent forgot something with what the README offers: `pager trace show` (a step's
+regions adding up, the pages as the model read them, an HTML timeline naming what left each frame and
+holding each page's text once) and `pager replay --check` on traces of resumed chats, of the toolkit,
+cut by a crash, trimmed or edited by hand, and thousands of events long."""
 
 import json
 import re
@@ -15,9 +15,12 @@ from pager.bench.record import record
 from pager.cli.app import app
 from pager.config import Config
 
+
 runner = CliRunner()
+
 ENV = {"PAGER_EMBEDDER": "hash", "PAGER_USER": "", "PAGER_SESSION": "", "PAGER_MODEL": "", "PAGER_BUDGET": "",
        "PAGER_POLICY": ""}
+
 TOPICS = ["the sync engine", "the CI bill", "Halvorsen", "the hiring plan", "the offsite", "the roadmap", "Okta SSO"]
 
 
@@ -33,7 +36,7 @@ def long_trace(tmp_path_factory) -> Path:
     the frames' leftover."""
     out = tmp_path_factory.mktemp("long") / "long.jsonl"
     questions = [f"What did we say about {TOPICS[i % len(TOPICS)]} and item {100 + 37 * i % 900}?" for i in range(40)]
-    record(out, _talk(160), questions, Config(embedder="hash", budget=1200, session="long"), "25th pass (no LLM)")
+    record(out, _talk(160), questions, Config(embedder="hash", budget=1200, session="long"), "offline (no LLM)")
     return out
 
 
@@ -156,7 +159,7 @@ def test_the_timeline_holds_each_pages_text_once(tmp_path):
     talk[3]["text"] = "The unique marker zqx42 </script><script>alert(1)</script> stays text."
     trace = tmp_path / "t.jsonl"
     record(trace, talk, ["What did we say about zqx42?", "And the CI bill?", "And zqx42 again?"],
-           Config(embedder="hash", budget=900, session="t"), "25th pass (no LLM)")
+           Config(embedder="hash", budget=900, session="t"), "offline (no LLM)")
     out = tmp_path / "t.html"
     assert runner.invoke(app, ["trace", "show", str(trace), "--html", str(out)]).exit_code == 0
     page = out.read_text()

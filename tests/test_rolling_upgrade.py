@@ -1,12 +1,10 @@
-"""The 26th outside pass: upgrading pager one host at a time, on homes and stores that must survive it.
-A host downgraded with a newer pager's journal in its home, a store migrated by a newer pager under a
-process still running the older one, a store a newer pager made, and `pager migrate` SIGKILLed while it
-makes a table. Each test fails on the code before it: the newer journal was set aside where no pager
-reads it again and its turn numbered over (an acknowledged turn lost); the older process kept accepting
-turns and its flushes failed after eight tries with a Rust source path (or, where the migration changed
-no column, wrote rows under the newer schema without a word); a refused command left a journal segment
-behind; and the killed migrate left a table folder with no version, which made every later command
-refuse the store for good ("Table 'leases' was not found; check --db")."""
+"""Upgrading pager one host at a time, on homes and stores that must survive it: a host downgraded
+with a newer pager's journal in its home (left for the newer pager; nothing written), a store migrated
+by a newer pager under a process still running this one (its writes stopped and nothing accepted lost,
+unless the newer release declares this one compatible), a store or keys file a newer pager made
+(refused, kept as it is), `pager migrate` killed while it makes a table or before it records the
+store's numbers (finished by the next run), and two hosts migrating at once (no step applied twice, no
+page lost)."""
 
 import fcntl
 import json
@@ -30,10 +28,11 @@ from pager.errors import StoreError
 from pager.home import Home
 from pager.store import MIGRATIONS, SCHEMA_VERSION, LanceStore
 
-from conftest import run_py
+from conftest import run_py, ENV
+
 
 FIXTURE = Path(__file__).parent / "fixtures" / "home-v1"
-ENV = {"PAGER_EMBEDDER": "hash"}
+
 runner = CliRunner()
 
 
@@ -84,7 +83,7 @@ def test_a_dead_newer_pagers_journal_is_left_for_it_and_nothing_is_written(tmp_p
     assert _files(home) == before   # nothing written: no turn, no segment of the refused processes, no trace
     looked = runner.invoke(app, ["--home", str(home), "search", "hello", "-s", "s"], env=ENV)
     assert looked.exit_code == 0 and "newer than this pager" in looked.output   # a reader says so and reads the rest
-    # an export or a check of it is not whole: said, not exit 0 with turn 3 left out (a leftover of the pass)
+    # an export or a check of it is not whole: said, not exit 0 with turn 3 left out
     for args in (["export", "-s", "s"], ["check", "-s", "s"]):
         result = runner.invoke(app, ["--home", str(home), *args], env=ENV)
         assert result.exit_code == 1 and "run the newer pager on this home once" in result.output, (args, result.output)

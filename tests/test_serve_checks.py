@@ -1,0 +1,200 @@
+"""What `pager serve` checks before it stores or serves: a field of the wrong type, a lone surrogate,
+JSON nested too deep, a turn key that is no short string, a `stream` that is no boolean, the state of a
+session with no turns, a model it has no key for (each a 4xx naming what to change, nothing stored); at
+start, limits that would refuse every request and a home it cannot open; and it listens before it says
+it serves."""
+
+import pytest
+from typer.testing import CliRunner
+
+from pager.cli.app import app
+from pager.embed import HashEmbedder
+from pager.fsck import check
+from pager.home import Home
+
+
+def test_stream_must_be_a_boolean(tmp_path):
+    """`"stream": "yes"` was taken as true; OpenAI answers 400 naming the field."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            for value in ("yes", 1, "false", {}):
+                r = http.post("/v1/chat/completions", json={"model": "offline", "stream": value, "user": "s",
+                                                            "messages": [{"role": "user", "content": "hi"}]})
+                assert r.status_code == 400, r.text
+                error = r.json()["error"]
+                assert error["type"] == "invalid_request_error" and error["param"] == "stream"
+                assert "true or false" in error["message"]
+            assert http.get("/sessions").json()["data"] == []   # nothing stored
+            ok = http.post("/v1/chat/completions", json={"model": "offline", "stream": False, "user": "s",
+                                                         "messages": [{"role": "user", "content": "hi"}]})
+            assert ok.status_code == 200
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("field, value", [("date", 3), ("date", ["8 May 2023"]), ("role", 1)])
+def test_a_turn_posted_with_a_field_of_the_wrong_type_is_refused_not_acknowledged_and_lost(tmp_path, field, value):
+    """`POST /sessions/s/turns` with `"date": 3` answered 201 with its turn number; the journal frame
+    held an int date, so every flush of the server's home failed from then on (a 500 for any request
+    that flushes, every session's turns kept from the store), and at the next start recovery skipped
+    the record as damaged: an acknowledged turn lost, a gap in the numbers. Refused now with 400
+    naming the field, before anything is written; the server goes on storing."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "before"}]}).status_code == 201
+            bad = {"content": "the wrong type", "role": "user", field: value}
+            refused = http.post("/sessions/s/turns", json={"messages": [bad]})
+            assert refused.status_code == 400 and field in refused.json()["error"]["message"], refused.text
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "after"}]}).json()["turns"] == [2]
+            listed = http.get("/sessions/s/turns")
+            assert listed.status_code == 200, listed.text
+            assert [t["content"] for t in listed.json()["turns"]] == ["before", "after"]
+    finally:
+        running.stop()
+    with Home(running.config, embedder=HashEmbedder()) as home:   # the next start: nothing skipped, no gap
+        report = check(home, "", "s")
+        assert report.ok and report.turns == 2, report.problems
+
+
+def test_a_lone_surrogate_or_json_nested_too_deep_is_a_400_not_a_500(tmp_path):
+    """JSON may spell a lone surrogate ("\\ud800") that no UTF-8 file can hold: `POST /sessions/s/turns`
+    and the chat completions answered 500 (the journal frame, or the conversation's key, could not be
+    encoded), as did a 200 KB body of nested arrays (json's RecursionError). Each is a 400 saying what
+    to change; nothing is stored and the session goes on."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    lone = '"lone \\ud800 surrogate"'
+    chat = '{"model": "offline", "messages": [{"role": "user", "content": %s}]}'
+    try:
+        with running.http() as http:
+            sent = [http.post("/sessions/s/turns", content='{"messages": [{"role": "user", "content": %s}]}' % lone),
+                    http.post("/sessions/s/turns", content='{"messages": [{"content": "x", "speaker": %s}]}' % lone),
+                    http.post("/v1/chat/completions", content=chat % lone, headers={"X-Pager-Session": "s"}),
+                    http.post("/v1/chat/completions", content='{"model": "offline", "messages": %s}' % ("[" * 50_000 + "]" * 50_000)),
+                    http.post("/sessions/s/turns", content='{"messages": %s}' % ("[" * 50_000 + "]" * 50_000))]
+            for answer in sent:
+                assert answer.status_code == 400, answer.text
+                assert "surrogate" in answer.text or "nested" in answer.text, answer.text
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "after"}]}).json()["turns"] == [1]
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
+                                         ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1"),
+                                         ("--timeout", "nan"), ("--idle", "nan")])
+def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_path, monkeypatch, flag, value):
+    """`pager serve --max-body 0` (or -1) died with a traceback from the MCP library; --max-messages 0
+    served, then refused every chat request, --timeout 0 answered every turn 504. Each is one line at
+    start naming the flag, and nothing listens."""
+    import pager.serve
+
+    def listens(*args, **kwargs):
+        raise AssertionError("pager serve started")
+
+    monkeypatch.setattr(pager.serve, "serve", listens)   # were the limits taken, the test ends here, not serving
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "serve", "--port", "0", flag, value],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit) and flag in result.output, (result.output, result.exception)
+
+
+def test_serve_takes_connections_once_it_says_it_serves():
+    """`pager serve` printed "pager serve on http://…" when its port was bound but not listening; a
+    script that waited for that line and connected was refused (ECONNREFUSED, 3 of 3 tries here) for
+    the second or so the home took to open. The socket listens before the line: a client connecting
+    then waits in the backlog."""
+    import socket
+
+    from pager.serve import listen
+
+    sock = listen("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=30):
+            pass
+    finally:
+        sock.close()
+
+
+def test_serve_on_a_home_it_cannot_open_never_claims_to_serve(tmp_path):
+    """`pager serve` on a read-only home said "pager serve on http://…" and then failed to open the
+    home: a script waiting for that line connected to a server about to exit. The home opens first."""
+    (tmp_path / "file").write_text("not a folder")
+    result = CliRunner().invoke(app, ["--home", str(tmp_path / "file" / "home"), "serve", "--port", "0"],
+                                env={"PAGER_EMBEDDER": "hash"})
+    assert result.exit_code == 1 and "pager home" in result.output, result.output
+    assert "pager serve on" not in result.output
+
+
+def test_a_turn_key_that_is_not_a_short_string_is_refused_not_ignored_or_cut(tmp_path):
+    """`POST /sessions/s/turns` ignored a key that was not a string (`"key": 5`, an id straight from a
+    database) and cut a longer one to 128 characters: the retry of the first was stored twice, and of
+    two messages whose keys shared their first 128 characters the second was answered with the first's
+    turn and never stored. A key is what `pager ingest` takes: a non-empty string of at most 200
+    characters; anything else is a 400 and nothing is stored."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    long = "conversation-" + "7" * 120
+    try:
+        with running.http() as http:
+            for key in (5, "", long + "-a" + "x" * 70):
+                refused = http.post("/sessions/s/turns", json={"messages": [{"content": "keyed", "key": key}]})
+                assert refused.status_code == 400 and "key" in refused.json()["error"]["message"], refused.text
+            first = http.post("/sessions/s/turns", json={"messages": [{"content": "one", "key": long + "-1"}]})
+            second = http.post("/sessions/s/turns", json={"messages": [{"content": "two", "key": long + "-2"}]})
+            assert (first.json()["turns"], second.json()["turns"]) == ([1], [2]), (first.text, second.text)
+            again = http.post("/sessions/s/turns", json={"messages": [{"content": "two", "key": long + "-2"}]})
+            assert again.json()["turns"] == [2] and again.json()["total_turns"] == 2, again.text
+    finally:
+        running.stop()
+
+
+def test_a_model_the_server_has_no_key_for_is_refused_naming_the_key(tmp_path, monkeypatch):
+    """`"model": "openai/gpt-4o-mini"` (the README's own example of a provider/model name) on a server
+    without OPENAI_API_KEY stored the message, tried litellm twice and answered 502 "the model failed …
+    try again later": no later try could work. `pager chat --model` says at start which key is
+    missing; the server now says the same, 404 model_not_found, before anything is stored."""
+    from test_serve import Running
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            r = http.post("/v1/chat/completions", headers={"X-Pager-Session": "k"}, json={
+                "model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "remember 77"}]})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+            assert "OPENAI_API_KEY" in r.json()["error"]["message"] and "offline" in r.json()["error"]["message"]
+            assert http.get("/sessions/k").status_code == 404   # nothing stored
+    finally:
+        running.stop()
+
+
+def test_rest_state_of_a_session_without_turns_is_404_not_set_then_unreadable(tmp_path):
+    """`PUT /sessions/new/state/k` on a session with no turns answered 200 "state 'k' set", and then `GET
+    /sessions/new/state` (and `GET /sessions/new`, `GET /sessions`) said "no session 'new'". A session
+    begins with a turn, as every reader counts it: the PUT (and DELETE) is a 404 naming how to start one,
+    and once it has a turn the state is set and read back."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    try:
+        with running.http() as http:
+            for refused in (http.put("/sessions/fresh/state/gym", json={"value": "Tuesdays"}),
+                            http.delete("/sessions/fresh/state/gym")):
+                assert refused.status_code == 404, refused.text
+                error = refused.json()["error"]
+                assert error["code"] == "session_not_found" and "POST /sessions/fresh/turns" in error["message"]
+            assert http.get("/sessions/fresh/state").status_code == 404
+            assert http.post("/sessions/fresh/turns", json={"messages": [{"content": "hello"}]}).status_code == 201
+            assert http.put("/sessions/fresh/state/gym", json={"value": "Tuesdays"}).status_code == 200
+            assert http.get("/sessions/fresh/state").json()["state"]["gym"]["value"] == "Tuesdays"
+    finally:
+        running.stop()
