@@ -777,6 +777,7 @@ def bench_answers(
     questions: int = typer.Option(6, "--questions", min=1, help="cats 1-4 questions per conversation (a fixed hash order)"),
     tools_budget: list[int] = typer.Option([], "--tools-budget", help="budgets at which pager-tools runs (default: every --budget)"),
     tool_steps: int = typer.Option(4, "--tool-steps", min=1, help="model calls a question may take"),
+    tools_questions: Optional[int] = typer.Option(None, "--tools-questions", min=1, help="pager-tools asks only the first N questions of the sample (default all)"),
     output_tokens: int = typer.Option(96, "--output-tokens", min=8, help="the longest answer, in tokens"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="JSONL of answers: kept as they come, a rerun goes on from it"),
     traces: Optional[Path] = typer.Option(None, "--traces", help="write each pager question's trace into this folder"),
@@ -808,7 +809,7 @@ def bench_answers(
                       f"{a.seconds:.0f}s · {a.question[:60]} → {' '.join(mark.split())[:80]}", highlight=False)
 
     report = answers.run(data, remote, budget, asked, [c.strip() for c in sample_ids.split(",") if c.strip()],
-                         questions, tool_steps, tools_budget or None, config, cache, traces, said)
+                         questions, tool_steps, tools_budget or None, config, cache, traces, said, tools_questions)
     Console().print(answers.table(report))
     if json_path and write_report(json_path, json.dumps(report, indent=1) + "\n", "--json"):
         Console().print(f"wrote {json_path}")

@@ -162,3 +162,13 @@ def test_a_memory_models_facts_are_written_once_and_counted_as_coverage(tmp_path
     pager = report["results"][0]["pager"]
     assert report["memory"] == "facts.json"
     assert pager["coverage"] >= pager["recall"] and pager["fact_tokens"] > 0
+
+
+def test_pager_with_tools_can_be_limited_to_the_first_questions_of_the_sample(tmp_path):
+    data = _locomo(tmp_path / "l.json")
+    report = answers.run(data, HandlerModel(reads_its_prompt, name="scripted"), [1024], ["pager", "pager-tools"],
+                         per_conversation=2, config=Config(embedder="hash"), tools_questions=1)
+    systems = report["results"][0]["systems"]
+    assert systems["pager"]["questions"] == 2 and systems["pager-tools"]["questions"] == 1
+    first = sample(parse_locomo(data), 2)[0][1].question
+    assert [a["question"] for a in report["answers"] if a["system"] == "pager-tools"] == [first]

@@ -259,9 +259,11 @@ def _cached(path: Path | None) -> dict[str, Answer]:
 def run(data: Path, model: Model, budgets: list[int], systems: Iterable[str] = SYSTEMS,
         conversations: list[str] | None = None, per_conversation: int = 6, tool_steps: int = 4,
         tools_budgets: list[int] | None = None, config: Config | None = None, cache: Path | None = None,
-        traces: Path | None = None, on_answer: Callable[[Answer, int, int], None] = lambda a, i, n: None) -> dict:
+        traces: Path | None = None, on_answer: Callable[[Answer, int, int], None] = lambda a, i, n: None,
+        tools_questions: int | None = None) -> dict:
     """Ask every sampled question of every system at every budget (pager-tools only at tools_budgets,
-    default all); answers already in cache are kept, not asked again."""
+    default all, and only the first tools_questions of the sample, default all: a question with tools
+    takes several model calls); answers already in cache are kept, not asked again."""
     config = config or Config(embedder="wordllama")
     systems = [s for s in SYSTEMS if s in set(systems)]
     convs = parse_locomo(data)
@@ -272,9 +274,10 @@ def run(data: Path, model: Model, budgets: list[int], systems: Iterable[str] = S
     done = _cached(cache)
     if traces is not None:
         traces.mkdir(parents=True, exist_ok=True)
+    with_tools = {id(q) for _, q in questions[:tools_questions]}
     plan = [(conv, q, system, budget) for budget in sorted(set(budgets), reverse=True)
             for conv, q in questions for system in systems
-            if system != "pager-tools" or tools_budgets is None or budget in tools_budgets]
+            if system != "pager-tools" or (tools_budgets is None or budget in tools_budgets) and id(q) in with_tools]
     answers: list[Answer] = []
     turns: dict[str, _Turns] = {}
     try:
