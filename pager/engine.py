@@ -146,10 +146,11 @@ class Engine:
     def open(self, tenant: str, name: str, trace: bool = False) -> Session:
         """The session, opened if it is not (trace: a request that writes it wants its trace running).
         Pages the stored session still owes the memory model (a restart, a failed call) go to it now."""
-        loaded = (tenant, name) in self.home.sessions
         s = self.home.open(name, user=tenant)
-        if not loaded and s.writer_due(force=True):
-            self.memory.want(s, force=True)
+        if s.inherited:
+            s.inherited = False
+            if s.writer_due(force=True):
+                self.memory.want(s, force=True)
         self._used[(tenant, name)] = self.clock()
         self._used.move_to_end((tenant, name))
         if trace and (tenant, name) not in self._traces:

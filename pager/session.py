@@ -97,6 +97,7 @@ class Session:
         self.naming: list[int] = []         # pages of a call of it under way (pager serve's memory worker)
         self.episodes_owed: list[list[Turn]] = []   # closed episodes the memory model's next call summarizes
         self._retry_at = 0                  # after a failed call: no other until this page is the open tail
+        self.inherited = False              # owes pages it did not seal (a restart, a crash): name them soon
         self._marks_in: list[bm.Bookmark] = []   # bookmarks other processes made, taken in since the open
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -182,12 +183,19 @@ class Session:
         if pages:  # the packer resumes where the last sealed page ended, maybe inside a turn
             turn, _, end = pages[-1].spans[-1]
             self.turn_count, self._next_start = turn - 1, end
+        resealed = self.tail_n
         self._take(store.turns(self.user, self.name, after=self.turn_count))
         self.state.take(store.state_changes(self.user, self.name))
         self._keep_facts(store.facts(self.user, self.name), event="")
         self._keep_summaries(store.summaries(self.user, self.name), event="")
-        if self.home.config.writer_model:   # owed when the last process let the session go (or crashed)
-            self.unwritten = [n for n in state.get("unwritten", ()) if n in self.pages]
+        # owed when the last process let the session go (kept by a process with no model too, for the next
+        # that has one), or sealed again here: pages a process killed before its flush had sealed (its turns
+        # recovered, its pages not), maybe named, maybe not: named again, at least once
+        owed = {n for n in state.get("unwritten", ()) if n in self.pages}
+        if self.home.config.writer_model:
+            owed |= set(range(resealed, self.tail_n))
+            self.inherited = bool(owed)
+        self.unwritten = sorted(owed)
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -578,7 +586,9 @@ class Session:
         sealed = self.tail_n
         self._take(turns)
         if self.home.config.writer_model:   # sealed by the dead process, maybe never named: at least once
-            self.unwritten += [n for n in range(sealed, self.tail_n) if n in self.pages and n not in self.unwritten]
+            resealed = [n for n in range(sealed, self.tail_n) if n in self.pages and n not in self.unwritten]
+            self.unwritten += resealed
+            self.inherited = self.inherited or bool(resealed)
         marks = [bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"]
         self.pending.bookmarks += [(self.user, self.name, mark) for mark in marks]
         self._take_marks(marks)
@@ -860,9 +870,13 @@ class Session:
             return []
         made = len(self.summaries)
         marks = answer.marks if writer.memory else answer
-        self.apply_written(marks)
-        if writer.memory:
-            self.apply_memory(answer, batch)
+        try:
+            self.apply_written(marks)
+            if writer.memory:
+                self.apply_memory(answer, batch)
+        except PagerError as exc:   # the store or the lease refused a write: as a failed call, the pages still owed
+            self.writer_failed(call, exc)
+            return []
         if call.episodes:
             self._summarize_closed(call.episodes, self.summaries.items[made:])
         return marks

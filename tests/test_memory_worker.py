@@ -149,3 +149,49 @@ def test_pages_a_stopped_server_owed_the_memory_model_are_named_by_the_next_one(
     with Home(config, embedder=HashEmbedder(), read_only=True) as reader:
         assert "unwritten" not in reader.store.state("", "s")
         assert set(reader.open("s").directory.lookup("named")) == sealed
+
+
+KILLED = """
+import sys, threading
+from pager.config import Config
+from pager.embed import HashEmbedder
+from pager.home import Home
+from pager.memory import MemoryWriter
+from pager.model import HandlerModel
+
+never = threading.Event()
+def held(messages, tools):   # a memory model that never answers
+    print("asked", flush=True)
+    never.wait()
+
+cfg = Config(home=sys.argv[1], embedder="hash", memory_model="pager/held", bookmark_batch=1, flush_turns=100_000)
+home = Home(cfg, embedder=HashEmbedder(), writer=MemoryWriter(HandlerModel(held, "pager/held"), 1))
+s = home.open("s")
+s.append_many([{"speaker": "user", "text": sys.argv[2].format(i)} for i in range(4)])
+s.write_memory()   # asks about the first sealed page and waits: killed meanwhile
+"""
+
+
+def test_pages_sealed_by_a_process_killed_while_the_memory_model_answered_are_named_after_it(tmp_path):
+    """SIGKILL while the model is asked, before any flush: the turns are recovered from the journal, the
+    pages sealed again from them, and the next engine to open the session names every one."""
+    import signal
+    import subprocess
+    import sys
+
+    config = _config(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(config.home), LONG], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "asked", proc.stderr.read()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    engine = Engine(config, home=_home(config, HeldMemory(held=False)))
+    try:
+        engine.call(lambda: engine.open("", "s"), tenant="", name="s")
+        assert engine.memory.idle(30)
+        sealed, named = _held(engine, "s", lambda s: (set(s.pages), set(s.directory.lookup("named"))))
+        assert sealed and named == sealed
+    finally:
+        engine.close()
