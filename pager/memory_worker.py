@@ -14,7 +14,8 @@ call and the same user's next turn waited for it. Here a reply only hands the se
 
 A turn of the session can come between 1 and 3; its events and the answer's never interleave, since
 each holds the session's lock. One thread, not one per session: a local model answers one call at a
-time anyway, and its calls then never crowd out chat calls for the cores.
+time anyway, and its calls then never crowd out chat calls for the cores. Sessions take turns, one
+call each, so a busy one does not keep the others' pages waiting.
 
 What is owed survives the process: the stored session keeps its unwritten pages, a call's under way
 among them (`Session.take_pending`), and the next open names them. So shutdown does not wait for the
@@ -85,27 +86,30 @@ class MemoryWorker:
                 key = next(iter(self._wanted))
                 force = self._wanted.pop(key)
                 self._working = key
+            more = False
             try:
-                self._name(key, force)
+                more = self._name(key, force)
             except Exception:  # noqa: BLE001 - a bug; the pages stay unwritten and the next open names them
                 log.exception("the memory model's work for session %r failed", key[1])
             finally:
                 with self._changed:
+                    if more and not self._stopped:   # behind the sessions waiting: one call each in turn
+                        self._wanted[key] = self._wanted.get(key, False) or force
                     self._working = None
                     self._changed.notify_all()
 
-    def _name(self, key: tuple[str, str], force: bool) -> None:
-        """The session's calls, one after another, while one is due."""
-        while self._locked(key, "writer_due", force):
-            call = self._locked(key, "writer_call")
-            if call is None:
-                return
-            try:
-                reply = self.engine.home.writer.model.complete(call.messages, [])
-            except Exception as exc:  # noqa: BLE001 - any provider failure: an event, the pages kept for later
-                self._locked(key, "writer_failed", call, exc)
-                return
-            self._locked(key, "writer_answered", call, reply)
+    def _name(self, key: tuple[str, str], force: bool) -> bool:
+        """One call for the session, if one is due; whether another is due after it."""
+        call = self._locked(key, "writer_call") if self._locked(key, "writer_due", force) else None
+        if call is None:
+            return False
+        try:
+            reply = self.engine.home.writer.model.complete(call.messages, [])
+        except Exception as exc:  # noqa: BLE001 - any provider failure: an event, the pages kept for later
+            self._locked(key, "writer_failed", call, exc)
+            return False
+        self._locked(key, "writer_answered", call, reply)
+        return bool(self._locked(key, "writer_due", force))
 
     def _locked(self, key: tuple[str, str], method: str, *args):
         """The session's `method(*args)` under its lock and the engine lock; None once stopped or if the
