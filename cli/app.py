@@ -877,19 +877,22 @@ def bench_serve(
     earlier: int = typer.Option(0, "--earlier", min=0, help="turns written to each session before the run (about 2 per page)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="use this folder as the server's home and keep it"),
+    memory_delay: float = typer.Option(0.0, "--memory-delay", min=0.0, max=50.0,
+                                       help="run the load again with a memory model taking this many seconds per "
+                                            "call, and compare the chat calls' latency (0: not)"),
 ) -> None:
-    """Load on `pager serve` over loopback (offline model): nothing lost or duplicated, order kept, latency."""
+    """Load on `pager serve` over loopback (offline model): nothing lost or duplicated, order kept, latency, and with --memory-delay beside a slow memory model."""
     from rich.console import Console
 
     from pager.bench import serve
 
     writable(json_path, "--json")
     fresh_folder(keep, "--keep")
-    report = serve.main(clients, shared, turns, alone_turns, keep, earlier)
+    report = serve.main(clients, shared, turns, alone_turns, keep, earlier, memory_delay)
     if json_path:
         write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
     Console().print_json(json.dumps(report))
-    if report["problems"] or report["load"]["failed"]:
+    if report["problems"] or report["load"]["failed"] or report.get("memory", {}).get("load", {}).get("failed"):
         raise typer.Exit(1)
 
 

@@ -22,7 +22,8 @@ METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_
             "key_id": "ID", "clients": "N", "shared": "N", "turns": "N", "alone_turns": "N", "earlier": "N",
             "max_body": "BYTES", "max_messages": "N", "timeout": "SECONDS", "idle": "SECONDS", "max_open": "N", "memory": "recorded|FILE",
             "sample_ids": "IDS", "api_base": "URL", "systems": "LIST", "tools_budget": "N", "tools_questions": "N", "tool_steps": "N",
-            "output_tokens": "N", "cache": "FILE", "traces": "DIR", "paging": "MODE"}
+            "output_tokens": "N", "cache": "FILE", "traces": "DIR", "paging": "MODE",
+            "memory_delay": "SECONDS"}
 
 
 def _usage(param) -> str:

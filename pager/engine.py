@@ -11,6 +11,10 @@ event loop never waits on LanceDB, the tokenizer or the embedder. Two locks keep
 
 The order is always session lock, then engine lock; a thread holding the engine lock never
 waits for a session lock, so the two cannot deadlock.
+
+The bookmark or memory model is called by the engine's memory worker (pager/memory_worker.py), which
+takes both locks only to make a call's prompt and to keep its answer, and neither while the model
+answers: a reply hands its session's sealed pages over and is sent.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Callable, Iterator, TypeVar
 
 from .config import Config
 from .home import Home
+from .memory_worker import MemoryWorker
 from .session import Session
 from .trace import TraceWriter, begin, end, new_trace_path
 
@@ -76,6 +81,8 @@ class Engine:
         self._used: OrderedDict[tuple[str, str], float] = OrderedDict()   # open sessions, least recent first
         self._traces: dict[tuple[str, str], tuple[TraceWriter, int]] = {}  # a session's trace and its budget
         self.closed = 0   # sessions closed so far (idle or over max_open)
+        self.memory = MemoryWorker(self)   # the bookmark or memory model's calls, off the request path
+        self.home.memory_worker = self.memory
 
     @contextmanager
     def session_lock(self, tenant: str, name: str) -> Iterator[None]:
@@ -94,9 +101,11 @@ class Engine:
                     del self._locks[key]
 
     def busy(self, tenant: str, name: str) -> bool:
-        """Whether a request holds or waits for the session's lock."""
+        """Whether a request holds or waits for the session's lock, or the memory worker has it in hand."""
         with self._locks_guard:
-            return (tenant, name) in self._locks
+            if (tenant, name) in self._locks:
+                return True
+        return self.memory.holds(tenant, name)
 
     @contextmanager
     def using(self, tenant: str | None = None, name: str | None = None) -> Iterator[None]:
@@ -114,9 +123,8 @@ class Engine:
             try:
                 return fn(*args)
             finally:
-                held = self._traces.get((tenant or "", name)) if name is not None else None
-                if held is not None:
-                    held[0].flush()   # the request's events, in one write rather than one per event
+                if name is not None:
+                    self.flush_trace(tenant or "", name)
                 try:
                     self.trim()
                 except Exception:  # noqa: BLE001 - the request's own work is done; closing is tried again next time
@@ -129,9 +137,20 @@ class Engine:
         return await anyio.to_thread.run_sync(functools.partial(self.call, fn, *args, tenant=tenant, name=name))
 
     # -- under the engine lock ------------------------------------------------------------------------
+    def flush_trace(self, tenant: str, name: str) -> None:
+        """Write the session's events so far to its trace: one write per request, not one per event."""
+        held = self._traces.get((tenant, name))
+        if held is not None:
+            held[0].flush()
+
     def open(self, tenant: str, name: str, trace: bool = False) -> Session:
-        """The session, opened if it is not (trace: a request that writes it wants its trace running)."""
+        """The session, opened if it is not (trace: a request that writes it wants its trace running).
+        Pages the stored session still owes the memory model (a restart, a failed call) go to it now."""
         s = self.home.open(name, user=tenant)
+        if s.inherited:
+            s.inherited = False
+            if s.writer_due(force=True):
+                self.memory.want(s, force=True)
         self._used[(tenant, name)] = self.clock()
         self._used.move_to_end((tenant, name))
         if trace and (tenant, name) not in self._traces:
@@ -182,10 +201,14 @@ class Engine:
         return closing
 
     def close_session(self, tenant: str, name: str) -> None:
-        """End the session's trace, write what it holds to the store and let it go from memory."""
+        """End the session's trace, write what it holds to the store and let it go from memory. One that
+        owes the memory model pages (fewer than a batch) is handed to the memory worker first, and closed
+        by a later trim once the model named them (or failed to: they stay owed in the store)."""
         s = self.home.sessions.get((tenant, name))
+        if s is not None and s.writer_due(force=True):
+            self.memory.want(s, force=True)
+            return
         if s is not None:
-            s.write_rest()   # the pages it sealed since the model's last full batch: no one else names them
             self._end_trace(s)
             self.home.unload(tenant, name)   # if the store refuses, the session stays open (and listed)
             self.closed += 1
@@ -226,9 +249,10 @@ class Engine:
             self.home.store.refresh()
 
     def close(self) -> None:
+        """Stop the memory worker without waiting for its model (what it still owes stays owed in the
+        stored sessions, named when each is next opened), end the traces and close the home."""
+        self.memory.stop()
         with self.lock:
-            for open_session in list(self.home.sessions.values()):   # before their traces end: in them
-                open_session.write_rest()
             for key in list(self._traces):
                 s = self.home.sessions.get(key)
                 if s is not None:

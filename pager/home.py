@@ -145,6 +145,9 @@ class Home:
         self._embedder = embedder
         self._store = store
         self._writer = writer   # the bookmark or memory writer; built from the config when None
+        # who makes the writer's calls: None, the thread that sealed the pages (chat, a Toolkit, replay);
+        # `pager serve` sets its pager.memory_worker.MemoryWorker, which makes them with no lock held
+        self.memory_worker: Any = None
         self._reranker: Any = None   # the search's and the facts' reranker (pager/rerank.py); built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
         self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)

@@ -26,12 +26,12 @@ from pager.prompts import render
 
 from .errors import InputError
 from .facts import Draft, Fact, Facts
-from .model import Model
+from .model import Model, ModelReply
 from .page import Page
 from .search import terms
 from .state import check as check_state
 from .summaries import EPISODE, ROLLING, Draft as SummaryDraft
-from .writer import Written, marks_from
+from .writer import Call, Written, marks_from
 
 SIMILAR = 8            # current facts shown to the model per batch
 MAX_FACT_CHARS = 300
@@ -75,6 +75,11 @@ class MemoryWriter:
     def write(self, pages: list[Page], session, episodes: list[list] | None = None) -> Answer:
         """The model's answer for pages, in one call; raises when the model fails. With `episodes`
         (closed ones, each a list of turns) the call also asks for their summaries and the rolling one."""
+        call = self.ask(pages, session, episodes)
+        return self.read(call, self.model.complete(call.messages, []), session)
+
+    def ask(self, pages: list[Page], session, episodes: list[list] | None = None) -> Call:
+        """The call for pages: its prompt shows them, the current facts most like them and the state."""
         shown = similar_facts(session, pages, self.similar) if pages else []
         prompt = render("memory_writer", pages=listing(pages) or "(no new pages)", state=_state_lines(session),
                         facts="\n".join(f"- {f.id} [{f.subject}] ({f.date}): {f.text}" for f in shown) or "(none yet)")
@@ -82,9 +87,13 @@ class MemoryWriter:
         if episodes:
             asked, section = ask_summaries(session, pages, episodes)
             prompt += "\n" + section
-        reply = self.model.complete([{"role": "user", "content": prompt}], [])
+        return Call(pages, episodes, [{"role": "user", "content": prompt}], asked)
+
+    def read(self, call: Call, reply: ModelReply, session) -> Answer:
+        """The valid part of the model's answer, against the facts current now (an update may name
+        only those)."""
         current = {f.n: f.text for f in session.facts.items if f.n in _current(session.facts)}
-        answer = parse(reply.text, pages, current, asked)
+        answer = parse(reply.text, call.pages, current, call.asked if isinstance(call.asked, Asked) else None)
         if reply.truncated:   # say why the JSON is cut, and what to change
             answer.rejected.append(f"the answer was cut at the memory model's output limit of "
                                    f"{self.model.output_tokens} tokens: fewer pages per call answer in less "

@@ -627,6 +627,7 @@ def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Lim
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:   # the home opens before the server says it serves: one it cannot write is said, not served
         engine = Engine(config, max_open=max_open, idle_s=idle_s)
+        engine.home.writer  # noqa: B018 - with a memory or bookmark model, a missing key stops here, not in a worker
     except BaseException:
         sock.close()
         raise

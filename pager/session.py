@@ -93,7 +93,11 @@ class Session:
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
         self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
         self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens): count_turns
-        self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet
+        self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet (stored: take_pending)
+        self.naming: list[int] = []         # pages of a call of it under way (pager serve's memory worker)
+        self.episodes_owed: list[list[Turn]] = []   # closed episodes the memory model's next call summarizes
+        self._retry_at = 0                  # after a failed call: no other until this page is the open tail
+        self.inherited = False              # owes pages it did not seal (a restart, a crash): name them soon
         self._marks_in: list[bm.Bookmark] = []   # bookmarks other processes made, taken in since the open
         self.writer_error = ""              # the bookmark model's last failure, if any
         self.render = Renderer(self)
@@ -179,10 +183,19 @@ class Session:
         if pages:  # the packer resumes where the last sealed page ended, maybe inside a turn
             turn, _, end = pages[-1].spans[-1]
             self.turn_count, self._next_start = turn - 1, end
+        resealed = self.tail_n
         self._take(store.turns(self.user, self.name, after=self.turn_count))
         self.state.take(store.state_changes(self.user, self.name))
         self._keep_facts(store.facts(self.user, self.name), event="")
         self._keep_summaries(store.summaries(self.user, self.name), event="")
+        # owed when the last process let the session go (kept by a process with no model too, for the next
+        # that has one), or sealed again here: pages a process killed before its flush had sealed (its turns
+        # recovered, its pages not), maybe named, maybe not: named again, at least once
+        owed = {n for n in state.get("unwritten", ()) if n in self.pages}
+        if self.home.config.writer_model:
+            owed |= set(range(resealed, self.tail_n))
+            self.inherited = bool(owed)
+        self.unwritten = sorted(owed)
         self.tick = int(state.get("tick", 0))
         self.counters.update(state.get("counters", {}))
         self.table.restore(state.get("table", {}))
@@ -570,7 +583,12 @@ class Session:
                 self.settle(op["page_tokens"], op["encoding"])
         turns = [Turn.from_record(op) for op in ops if op["op"] == "turn"]
         self.pending.turns += turns  # the store keeps each turn once, whoever writes it
+        sealed = self.tail_n
         self._take(turns)
+        if self.home.config.writer_model:   # sealed by the dead process, maybe never named: at least once
+            resealed = [n for n in range(sealed, self.tail_n) if n in self.pages and n not in self.unwritten]
+            self.unwritten += resealed
+            self.inherited = self.inherited or bool(resealed)
         marks = [bm.Bookmark.from_dict(op) for op in ops if op["op"] == "bookmark"]
         self.pending.bookmarks += [(self.user, self.name, mark) for mark in marks]
         self._take_marks(marks)
@@ -724,14 +742,11 @@ class Session:
         if closed and writer is not None and writer.memory:
             if backlog:   # closed before this chat: extractive, so the model's call stays one batch's size
                 self._summarize_closed(backlog, [])
-            made = len(self.summaries)
-            self.write_bookmarks(force=True, episodes=closed)
+            self.write_bookmarks(force=True, episodes=closed)   # the call's answer, or the extractive producer
         else:
-            made = len(self.summaries)
             self.write_bookmarks()
-            closed = backlog + closed
-        if closed:
-            self._summarize_closed(closed, self.summaries.items[made:])
+            if backlog + closed:
+                self._summarize_closed(backlog + closed, [])
 
     def closed_episodes(self) -> list[list[Turn]]:
         """The episodes that closed since this was last asked (none when `live_summaries` is off).
@@ -781,41 +796,117 @@ class Session:
         """Have the bookmark model (or the memory model, which also writes facts and state in the same
         call) name the pages sealed since it last did, a batch per call (all batches with force, else
         only full ones). Returns the bookmarks it wrote (writer.Written). A failing model is an event
-        (`writer_error`, or `memory_error` for the memory model), never an exception: its batch keeps
-        the offline keywords, and every turn stays. `episodes` (closed ones, `write_memory`): the memory
-        model's last call of these also asks for their summaries, one call even with no page to name."""
+        (`writer_error`, or `memory_error` for the memory model), never an exception: its batch stays
+        unwritten, tried again once another page seals (or by the next process to open the session),
+        and every turn stays. `episodes` (closed ones, `write_memory`): the memory model's last call of
+        these also asks for their summaries, one call even with no page to name.
+
+        With a memory worker (`Home.memory_worker`, which `pager serve` runs) the calls are its to make,
+        on its own thread with no lock held while the model answers: this only hands the work over."""
         writer = self.home.writer
+        if writer is None:
+            return []
+        if episodes and writer.memory:
+            self.episodes_owed += episodes
+        if self.home.memory_worker is not None:
+            if self.writer_due(force):
+                self.home.memory_worker.want(self, force)
+            return []
         written: list = []
-        ask = episodes if writer is not None and writer.memory else None   # asked with the last batch
-        while writer and (self.unwritten or ask) and (force or len(self.unwritten) >= writer.batch):
-            batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
-            pages = [self.pages[n] for n in batch]
-            now, ask = (ask, None) if not self.unwritten else (None, ask)
-            try:
-                answer = writer.write(pages) if not writer.memory else writer.write(pages, self, episodes=now)
-            except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
-                error = " ".join(str(exc).split())[:300] or type(exc).__name__
-                if writer.memory:
-                    self.memory_error = error
-                    self.emit("memory_error", pages=[page_id(n) for n in batch], error=error)
-                else:
-                    self.writer_error = error
-                    self.emit("writer_error", pages=[page_id(n) for n in batch], error=error)
+        while self.writer_due(force):
+            call = self.writer_call()
+            if call is None:
                 break
-            marks = answer.marks if writer.memory else answer
+            try:
+                reply = writer.model.complete(call.messages, [])
+            except Exception as exc:  # noqa: BLE001 - any provider failure; the writer only ever adds
+                self.writer_failed(call, exc)
+                break
+            written += self.writer_answered(call, reply)
+        return written
+
+    def writer_due(self, force: bool = False) -> bool:
+        """Whether the bookmark or memory model has a call to make: closed episodes to summarize, a full
+        batch of unwritten pages, or any with force; after a failed call, not before another page seals."""
+        writer = self.home.writer
+        if writer is None:
+            return False
+        if self.episodes_owed and writer.memory:
+            return True
+        if not self.unwritten or self.tail_n < self._retry_at:
+            return False
+        return force or len(self.unwritten) >= writer.batch
+
+    def writer_call(self):
+        """The next call of the bookmark or memory model (writer.Call): a batch of unwritten pages, now
+        `naming`, and with the last batch the episodes owed; its prompt made now, from the session as it
+        is. None if making it failed (a `writer_error` or `memory_error`, as a failed call is)."""
+        writer = self.home.writer
+        batch, self.unwritten = self.unwritten[: writer.batch], self.unwritten[writer.batch :]
+        episodes = None
+        if writer.memory and not self.unwritten and self.episodes_owed:
+            episodes, self.episodes_owed = self.episodes_owed, []
+        self.naming += batch
+        pages = [self.pages[n] for n in batch]
+        try:
+            return writer.ask(pages, self, episodes)
+        except Exception as exc:  # noqa: BLE001 - the embedder failed (similar facts); as a failed call
+            from .writer import Call
+
+            self.writer_failed(Call(pages, episodes), exc)
+            return None
+
+    def writer_answered(self, call, reply) -> list:
+        """Keep the model's answer to a call, as any answer is kept (apply_written, apply_memory; the
+        extractive summaries of the episodes it left out). Returns the bookmarks it wrote."""
+        writer = self.home.writer
+        batch = [p.n for p in call.pages]
+        self.naming = [n for n in self.naming if n not in batch]
+        try:
+            answer = writer.read(call, reply, self)
+        except Exception as exc:  # noqa: BLE001 - reading it needs the facts' state; as a failed call
+            self.naming += batch
+            self.writer_failed(call, exc)
+            return []
+        made = len(self.summaries)
+        marks = answer.marks if writer.memory else answer
+        try:
             self.apply_written(marks)
             if writer.memory:
                 self.apply_memory(answer, batch)
-            written += marks
-        return written
+        except PagerError as exc:   # the store or the lease refused a write: as a failed call, the pages still owed
+            self.writer_failed(call, exc)
+            return []
+        if call.episodes:
+            self._summarize_closed(call.episodes, self.summaries.items[made:])
+        return marks
+
+    def writer_failed(self, call, exc: Exception) -> None:
+        """A call that failed: an event, its pages unwritten again (first, for the next call, once another
+        page seals), and the episodes it was to summarize summarized by the extractive producer."""
+        writer = self.home.writer
+        batch = [p.n for p in call.pages]
+        error = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if writer.memory:
+            self.memory_error = error
+            self.emit("memory_error", pages=[page_id(n) for n in batch], error=error)
+        else:
+            self.writer_error = error
+            self.emit("writer_error", pages=[page_id(n) for n in batch], error=error)
+        self.naming = [n for n in self.naming if n not in batch]
+        self.unwritten = batch + [n for n in self.unwritten if n not in batch]
+        self._retry_at = self.tail_n + 1
+        episodes, self.episodes_owed = (call.episodes or []) + self.episodes_owed, []
+        if episodes:
+            self._summarize_closed(episodes, [])
 
     def write_rest(self) -> None:
         """Have the bookmark or memory model name the pages this process sealed since its last full batch
         (fewer than a batch): what a session does before it is let go (the end of `pager chat`, a
-        Toolkit's close, `pager serve` closing a session; your own loop over `Agent`, before its trace
-        ends and the home closes, which calls no model). No other process names them: each names the
-        pages it seals. A write the store or the lease refuses is said once and is an event, like a
-        failing model: the turns are durable and stay."""
+        Toolkit's close; your own loop over `Agent`, before its trace ends and the home closes, which
+        calls no model). Pages it could not name stay unwritten in the stored session, and the next
+        process to open it names them. A write the store or the lease refuses is said once and is an
+        event, like a failing model: the turns are durable and stay."""
         if not self.unwritten or self.home.writer is None:
             return
         pages = list(self.unwritten)
@@ -1185,6 +1276,9 @@ class Session:
         if not self.settled and not self.turn_count:
             return batch   # opened, never written: storing its page table would make the session (and settle it)
         state = self.paging_state(every=False)
+        owed = sorted(self.naming + self.unwritten)
+        if owed:   # the pages the writer still owes, a call's under way among them: the next open names them
+            state["unwritten"] = owed
         if state != self._state_stored:  # an unchanged page table is not written again
             batch.states[self.key()] = state
             self._state_stored = state

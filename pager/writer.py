@@ -6,17 +6,22 @@ page about "Coco, my new puppy" answers "what pets does Maria have?". A model ca
 bookmarks (source "writer") next to the automatic ones. The model's answer is data, not
 trusted: unknown page ids, non-strings, overlong keywords and anything that is not JSON are
 dropped, and a failing model leaves the pages with their offline keywords.
+
+A call is three steps, `ask` (the prompt, from the pages and the session), the model's `complete`
+and `read` (the valid part of its answer), so that `pager serve` can call the model with no lock
+held and do the other two under the session's lock (pager/memory_worker.py); `write` is the three
+in a row.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pager.prompts import render
 
-from .model import Model
+from .model import Model, ModelReply
 from .page import Page
 
 MAX_KEYWORDS = 8
@@ -32,6 +37,18 @@ class Written:
     note: str
 
 
+@dataclass
+class Call:
+    """One call of a bookmark or memory model, asked and not yet answered: the pages of its batch, the
+    closed episodes whose summaries it asks for (the memory model's), its prompt, and what reading the
+    answer needs besides (`memory.Asked`, the summaries asked for)."""
+
+    pages: list[Page]
+    episodes: list[list] | None = None
+    messages: list[dict] = field(default_factory=list)
+    asked: object = None
+
+
 class BookmarkWriter:
     """Asks `model` for keywords of up to `batch` pages per call."""
 
@@ -42,11 +59,18 @@ class BookmarkWriter:
 
     def write(self, pages: list[Page]) -> list[Written]:
         """Keywords for pages, in one model call; raises ModelError when the model fails."""
+        call = self.ask(pages)
+        return self.read(call, self.model.complete(call.messages, []))
+
+    def ask(self, pages: list[Page], session=None, episodes: list[list] | None = None) -> Call:
+        """The call for pages: its prompt (a bookmark writer reads nothing of the session)."""
         listing = "\n\n".join(f"[{p.id} · {p.date_first}]\n{p.text}" if p.date_first else f"[{p.id}]\n{p.text}"
                               for p in pages)
-        prompt = render("bookmark_writer", pages=listing)
-        reply = self.model.complete([{"role": "user", "content": prompt}], [])
-        return parse(reply.text, {p.id: p.n for p in pages})
+        return Call(pages, None, [{"role": "user", "content": render("bookmark_writer", pages=listing)}])
+
+    def read(self, call: Call, reply: ModelReply, session=None) -> list[Written]:
+        """The valid part of the model's answer to the call."""
+        return parse(reply.text, {p.id: p.n for p in call.pages})
 
 
 def parse(text: str, wanted: dict[str, int]) -> list[Written]:

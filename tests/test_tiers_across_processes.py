@@ -120,7 +120,9 @@ def _turns_of(config: Config, n: int) -> tuple[int, ...]:
 def test_a_served_session_closed_when_idle_hands_its_last_sealed_pages_to_the_memory_model(tmp_path):
     """`pager serve` closes a session idle for --idle seconds. Before, the pages it had sealed since the
     memory model's last full batch were dropped from its list and never named, by it or after it reopened
-    the session: every idle close cost up to a batch of pages their bookmarks, facts and state."""
+    the session: every idle close cost up to a batch of pages their bookmarks, facts and state. Now the
+    idle close hands them to the memory worker and closes the session once they are named; what a server
+    still owes when it stops is named by the next one to open the session."""
     from pager.engine import Engine
 
     config = _config(tmp_path, memory_model="pager/namer", bookmark_batch=4)
@@ -129,20 +131,30 @@ def test_a_served_session_closed_when_idle_hands_its_last_sealed_pages_to_the_me
     engine = Engine(config, home=Home(config, embedder=HashEmbedder(), writer=_writer(namer)), idle_s=60,
                     clock=lambda: now[0], traces=True)
     engine.call(lambda: _codes(engine.open("", "s", trace=True), 0, 14), tenant="", name="s")
+    assert engine.memory.idle(30)
     s = engine.home.sessions[("", "s")]
     sealed = set(s.pages)
     assert len(sealed) % 4 and s.unwritten, "the test needs a partial batch at close"
     now[0] = 120.0
-    engine.call(lambda: None)   # any request closes what is idle
+    engine.call(lambda: None)   # any request closes what is idle: its last pages go to the memory model first
+    assert engine.memory.idle(30)
+    engine.call(lambda: None)   # and then the session
     assert ("", "s") not in engine.home.sessions
     engine.call(lambda: _codes(engine.open("", "s", trace=True), 14, 14), tenant="", name="s")
+    assert engine.memory.idle(30)
     later = set(engine.home.sessions[("", "s")].pages)
-    engine.close()
+    engine.close()   # leaves what it owes in the store, to be named by the next server
     stored, named, _ = _named_in_store(config)
     assert sealed <= named, sorted(sealed - named)
-    assert stored == later and named == later
-    traces = sorted((tmp_path / "home" / "traces").glob("*serve*.jsonl"))
-    assert len(traces) == 2   # one per time the session was open; the model's answers at close in the first
+    assert stored == later and named < later
+    again = Engine(config, home=Home(config, embedder=HashEmbedder(), writer=_writer(namer)), traces=True)
+    again.call(lambda: again.open("", "s", trace=True), tenant="", name="s")
+    assert again.memory.idle(30)
+    again.close()
+    stored, named, _ = _named_in_store(config)
+    assert stored == later and named == later, sorted(later - named)
+    traces = sorted((tmp_path / "home" / "traces").glob("*serve*.jsonl"), key=lambda p: p.stat().st_mtime)
+    assert len(traces) == 3   # one per time the session was open; the model's answers at idle close in the first
     assert any('"kind":"facts_written"' in line for line in traces[0].read_text().splitlines()[-8:])
     for path in traces:
         run = replay(path, check=True)

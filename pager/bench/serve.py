@@ -12,6 +12,13 @@ Two phases are timed: under load (every client at once: what a client waits, que
 included) and alone (one call at a time on the same sessions: what pager adds per call).
 `ratio_added` divides a call alone without the model's own time (what pager adds around a
 model) by the `context` call; `ratio_alone` keeps the offline model's time in.
+
+With `memory_delay` the load runs once more, on a fresh home, with a memory model that takes that
+many seconds per call (`SlowMemory`: it sleeps, then names each page it is shown) and a batch of
+one page, so it is asked about every page the chat seals and is at work through the whole load.
+`memory.ratio_p95` divides the chat calls' p95 then by their p95 in the load without it: what a
+chat call waits for a memory model working beside it (the sleep takes no core, so this measures
+the locks, not a model competing for the CPU).
 """
 
 from __future__ import annotations
@@ -92,13 +99,45 @@ def preload(home: Path, sessions: list[str], turns: int) -> dict:
     return pages
 
 
-def start_server(home: Path, env: dict) -> tuple[subprocess.Popen, str]:
+SLOW_MEMORY = "bench-memory"   # served as model pager/bench-memory in the server's process
+
+
+class SlowMemory:
+    """A memory model that takes `delay` seconds per call, then names each page it was shown."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def __call__(self, messages, tools) -> dict:
+        import json
+        import re
+
+        time.sleep(self.delay)
+        pages = re.findall(r"^\[(p\d+)", messages[-1]["content"], re.M)
+        return {"content": json.dumps({"bookmarks": {p: {"keywords": ["benched"], "note": ""} for p in pages},
+                                       "facts": [{"op": "NONE"}], "state": []})}
+
+
+def serve_with_memory(delay: float) -> None:
+    """`pager serve` (the command line in sys.argv) with SlowMemory as model pager/bench-memory."""
+    from pager.cli.app import main as cli
+    from pager.llm import register
+
+    register(SLOW_MEMORY, SlowMemory(delay))
+    cli()
+
+
+def start_server(home: Path, env: dict, memory_delay: float = 0.0) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = open(home / "serve.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "pager.cli", "--home", str(home), "serve", "--port", str(port),
-                             "--timeout", "600"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    command = [sys.executable, "-m", "pager.cli"]
+    if memory_delay:
+        command = [sys.executable, "-c", f"from pager.bench.serve import serve_with_memory; serve_with_memory({memory_delay!r})"]
+        env = {**env, "PAGER_MEMORY_MODEL": f"pager/{SLOW_MEMORY}", "PAGER_BOOKMARK_BATCH": "1"}
+    proc = subprocess.Popen(command + ["--home", str(home), "serve", "--port", str(port), "--timeout", "600"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -116,7 +155,22 @@ async def wait_ready(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"pager serve exited with {proc.returncode}")
 
 
-async def load(url: str, clients: int, shared: int, turns: int) -> dict:
+async def named_once(http) -> None:
+    """Warm the memory model too (litellm's first call, the worker's thread): seal a page of the warm-up
+    session and wait until the model's answer for it is kept."""
+    note = "warm up the memory model: " + " ".join(WORDS * 8)
+    await http.post("/v1/chat/completions", json={"model": "offline", "messages": [{"role": "user", "content": note}]},
+                    headers={"X-Pager-Session": "warmup"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        marks = (await http.get("/sessions/warmup")).json().get("bookmarks", {})
+        if any("benched" in words for words in marks.values()):
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the memory model named no page of the warm-up session within 120 s; see serve.log")
+
+
+async def load(url: str, clients: int, shared: int, turns: int, memory: bool = False) -> dict:
     import httpx
 
     latencies: list[float] = []
@@ -128,6 +182,8 @@ async def load(url: str, clients: int, shared: int, turns: int) -> dict:
         # warm the server (litellm's import, the embedder, each session's load) before the clock starts
         await http.post("/v1/chat/completions", json={"model": "offline", "messages": [
             {"role": "user", "content": "warm up"}]}, headers={"X-Pager-Session": "warmup"})
+        if memory:
+            await named_once(http)
         for name in [f"load-{c}" for c in range(clients)] + ["shared"]:
             await http.get(f"/sessions/{name}")
         started = time.perf_counter()
@@ -217,8 +273,46 @@ def reference(home: Path, clients: int, turns: int) -> tuple[dict, dict]:
     return {"latency_ms": summary(context)}, {"latency_ms": summary(turn)}
 
 
+def with_memory(clients: int, shared: int, turns: int, delay: float, earlier: int = 0) -> dict:
+    """The load again, on a fresh home, with SlowMemory as the memory model: the chat calls' latency, the
+    pages it named meanwhile, those it still owed when the server stopped (named at the next open), and
+    the store's check that nothing was lost or duplicated."""
+    home = Path(tempfile.mkdtemp(prefix="pager-bench-serve-memory-"))
+    try:
+        preload(home, [f"load-{c}" for c in range(clients)] + ["shared"], earlier)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PAGER_")}
+        proc, url = start_server(home, env, memory_delay=delay)
+        try:
+            asyncio.run(wait_ready(url, proc))
+            under_load = asyncio.run(load(url, clients, shared, turns, memory=True))
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(120)
+        problems = check(home, clients, shared, turns, 0, earlier)
+        named, owed, sealed = memory_work(home, [f"load-{c}" for c in range(clients)] + ["shared"])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return {"delay_s": delay, "batch": 1, "load": under_load, "pages_sealed": sealed, "pages_named": named,
+            "pages_owed_at_stop": owed, "problems": problems}
+
+
+def memory_work(home: Path, sessions: list[str]) -> tuple[int, int, int]:
+    """(pages the memory model named, pages the stored sessions still owe it, pages sealed), as stored."""
+    from pager.config import Config
+    from pager.home import Home
+
+    named = owed = sealed = 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGER_")}
+    with Home(Config.load(env=env, home=home), read_only=True) as h:
+        for name in sessions:
+            named += len({n for m in h.store.bookmarks("", name) if m.source == "writer" for n in m.pages})
+            owed += len((h.store.state("", name) or {}).get("unwritten", ()))
+            sealed += len(h.store.pages("", name, with_vectors=False)[0])
+    return named, owed, sealed
+
+
 def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int = 10, keep: Path | None = None,
-         earlier: int = 0) -> dict:
+         earlier: int = 0, memory_delay: float = 0.0) -> dict:
     home = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="pager-bench-serve-"))
     home.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -256,4 +350,12 @@ def main(clients: int = 32, shared: int = 8, turns: int = 50, alone_turns: int =
                                 "p95": round(by_itself["latency_ms"]["p95"] / ref_turn["latency_ms"]["p95"], 2)},
         "problems": problems, "home": str(home) if keep else "",
     }
+    if memory_delay:
+        memory = with_memory(clients, shared, turns, memory_delay, earlier)
+        without, working = under_load["latency_ms"], memory["load"]["latency_ms"]
+        memory["ratio_p95"] = round(working["p95"] / without["p95"], 2) if without["p95"] else 0.0
+        memory["ratio_p50"] = round(working["p50"] / without["p50"], 2) if without["p50"] else 0.0
+        memory["without_ms"], memory["with_ms"] = without, working
+        report["memory"] = memory
+        problems += [f"with the memory model: {p}" for p in memory["problems"]]
     return report
