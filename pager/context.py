@@ -188,7 +188,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     go, one at a time, to whichever shows more of the message's evidence per token, the next page of
     the search, the best fact or the best excerpt of a turn not shown already (`split`); fact slabs
     take at most `fact_share` of the frames, excerpt slabs at most `excerpt_slabs` (0 by default: on
-    LoCoMo they did not pay, BENCHMARKS.md, third round of issue 14). Pages are then
+    LoCoMo they did not pay, BENCHMARKS.md, "Evidence coverage with the memory tiers"). Pages are then
     faulted once, those holding what the fact slabs will not tell first (`beside_facts`); the fact
     slabs are filled with the best facts whose pages are not resident, the excerpt slabs with the
     excerpts the split chose, then the next best, of pages not resident. Returns the slabs, the
@@ -229,7 +229,7 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
     """Blocks for the `room` tokens the assembled context leaves over: the frames are whole, so the
     map's unused reserve, the remainder of the budget past the last frame, and the pages and slabs
     short of a frame are otherwise sent empty (a quarter of 1,024 tokens on LoCoMo, BENCHMARKS.md,
-    fifth round of issue 14). First the facts ranked after those the slabs hold, breadth first from
+    "Evidence coverage with the memory tiers"). First the facts ranked after those the slabs hold, breadth first from
     the turns already shown; then, in what is still left, whole turns (excerpts) of the best-scored
     pieces on pages not shown that no fact tells, down to FILL_MIN_WEIGHT (on LoCoMo the floor
     changes no score; it keeps a question about little from being sent a budget of noise). Neither
@@ -282,7 +282,7 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
     left for pages are fewer than the hits (the split gave frames to slabs): those beside the facts
     go first. A told turn keeps half its weight, not none: its page still holds the turns around it
     (the question a fact's turn answers, say), and with none the pages gave up those turns for the
-    same coverage (BENCHMARKS.md, fourth round of issue 14)."""
+    same coverage (BENCHMARKS.md, "Evidence coverage with the memory tiers")."""
     if not told or not len(weights):
         return hits
     ranked = []

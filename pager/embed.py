@@ -30,7 +30,7 @@ class WordLlamaEmbedder:
     the first 128 dims of a 256-dim embedding, renormalised, are exactly the 128-dim embedding: a store
     of 256-dim vectors is brought to 128 by cutting them (store.m006_vector_dims), no re-embedding.
     128 dims: LoCoMo recall within noise of 256 at half the index memory and dot-product cost
-    (BENCHMARKS.md, "The 128-dim vector switch")."""
+    (BENCHMARKS.md, "Why vectors have 128 dimensions")."""
 
     name = "wordllama"
     dim = 128
@@ -74,7 +74,7 @@ class WordLlamaEmbedder:
         wordllama tokenizes and pools 64 texts at a time, and each step of each batch lets go of the
         interpreter's lock and waits to take it back: beside a busy thread (the ingest's packing, while
         its helper thread embeds) each wait is a switch interval, and 1,000 texts took 5-7x their time
-        (BENCHMARKS.md, ingest, eighth round). Here the texts are tokenized in one call, sorted by
+        (BENCHMARKS.md, "Cost against a plain vector store"). Here the texts are tokenized in one call, sorted by
         length and pooled in as few groups as CELLS allows. A text's vector is the sum of its token
         vectors in order, as any padding to a longer text leaves it (the mask adds exact zeros), so
         the grouping changes no bit (tests/test_search.py)."""

@@ -571,7 +571,7 @@ class Home:
         fsync (not inside Journal.deferred), with an embedder already loaded, and a group large
         enough to pay for the hand-over; else None. The helper does nothing else: token counts
         release the interpreter's lock for each turn, and queued before the embedding they kept it
-        from starting until the packing they were for was done (BENCHMARKS.md, ingest, eighth round)."""
+        from starting until the packing they were for was done (BENCHMARKS.md, "Cost against a plain vector store")."""
         if not self.journal.syncs_on_append() or self._embedder is None or len(turns) < self.EARLY:
             return None
         texts = list(dict.fromkeys(t.text for t in turns))

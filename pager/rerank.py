@@ -6,7 +6,7 @@ LoCoMo the evidence it misses at small budgets ranks 20th–99th because neither
 meaning are near the question's ("What outdoor activities does John enjoy?" → "John started
 surfing five years ago"). A cross-encoder, reading the question and the text together, is what
 finds those. An oracle putting the evidence first bounds what reordering can gain (BENCHMARKS.md,
-"Coverage, seventh round"); no reranker can be had offline here, so pager calls one the user
+"What a reranker could gain"); no reranker can be had offline here, so pager calls one the user
 runs: any litellm rerank model (Cohere, Voyage, Jina, Together, or a local server: `infinity/…`,
 `hosted_vllm/…`, their address in litellm's `INFINITY_API_BASE`, `HOSTED_VLLM_API_BASE`).
 

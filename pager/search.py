@@ -343,7 +343,7 @@ class BM25:
 def similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """matrix @ vector for one query, by einsum's own loop rather than BLAS: a matrix-vector product
     is bound by memory, and BLAS's threads only add their wake-ups (measured 4-5x slower on two busy
-    cores, BENCHMARKS.md)."""
+    cores, BENCHMARKS.md, "Paging, search and ingest at scale")."""
     return np.einsum("ij,j->i", matrix, vector)
 
 

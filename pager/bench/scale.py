@@ -22,7 +22,8 @@ with no journal (`reference_append_turns_per_s`). Each is timed beside pager's o
 of 1,000 turns next to the reference's append of the same turns, every question's paging next to
 the reference's two queries for it, in alternating order, so that both meet the same moment of a
 shared machine (timed one after the other, minutes apart, the reference's query p95 alone moved
-from 11 to 37 ms between runs of the same code: BENCHMARKS.md, ninth round). `paging_ratio` = paging p95 / reference p95;
+from 11 to 37 ms between runs of the same code: BENCHMARKS.md, "Cost against a plain vector store").
+`paging_ratio` = paging p95 / reference p95;
 `ingest_ratio` = durable ingest rate / reference rate, pager appending in groups of 1,000 as the
 reference does (one journal fsync per group, each acknowledged after it; `pager ingest FILE` makes
 the whole file one group), with appends of 50 reported beside it (`ingest_50_turns_per_s`,
@@ -448,7 +449,7 @@ class _Reference:
         t0, c0 = time.perf_counter(), time.process_time()
         embedded = np.ascontiguousarray(self.embedder.embed(texts), dtype=np.float32)
         # built column by column, the vectors handed over as one buffer: rows of Python lists of floats
-        # cost the reference ~8 ms per 1,000 turns more (BENCHMARKS.md, "The reference's append, column by column")
+        # cost the reference ~8 ms per 1,000 turns more (BENCHMARKS.md, "Cost against a plain vector store")
         self.table.add(pa.table({"user": pa.array(["u0"] * len(texts)), "session": pa.array(["reference"] * len(texts)),
                                  "turn": pa.array(np.arange(first + 1, first + len(texts) + 1, dtype=np.int64)),
                                  "text": pa.array(texts),
