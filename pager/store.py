@@ -792,6 +792,9 @@ class LanceStore:
             except (OSError, RuntimeError) as exc:  # a conflict LanceDB's own retries did not settle
                 if unreachable(exc):
                     raise self._unavailable(exc) from exc
+                if re.search(r"No space|Read-only|Permission", str(exc)):   # no retry mends it: say the fix
+                    raise StoreError(f"could not update the lease of session {', '.join(repr(s) for _, s in keys)} "
+                                     f"({_first_line(exc)}); free disk space or fix permissions, and try again") from exc
                 last = exc
                 time.sleep(0.01)
                 continue
