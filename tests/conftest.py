@@ -69,7 +69,7 @@ PEANUTS = "Sam Okafor is allergic to peanuts"   # the demo conversation's fact o
 
 @pytest.fixture(scope="module")
 def maya(tmp_path_factory):
-    """A home with the demo conversation ingested as session 'maya' (the README's chat)."""
+    """A home with the demo conversation ingested as session 'maya' (the chat of docs/chat.md)."""
     home = tmp_path_factory.mktemp("maya")
     result = _cli().invoke(_app(), ["--home", str(home), "ingest", str(DEMO), "--session", "maya"], env=ENV)
     assert result.exit_code == 0, result.output

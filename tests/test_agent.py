@@ -8,6 +8,8 @@ from pager.agent import Agent
 from pager.llm import LiteLLMModel, litellm, register
 from pager.offline import OfflineShell, Script
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 @pytest.fixture(scope="module", autouse=True)
 def providers():

@@ -2,6 +2,7 @@
 the memory map, the working state (any number of keys, any text, any share), the summaries (any
 number, any size, any share; the rolling one in the map) and the pages."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pager.config import CHAT_FLOOR, Config
@@ -9,6 +10,8 @@ from pager.context import build, size_frames
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.store import MemoryStore
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 # any printable text, plus the characters that sit at block boundaries: newlines, "[", "#", punctuation, spaces
 alphabet = st.one_of(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]),

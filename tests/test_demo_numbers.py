@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 CELL = re.compile(r"p\d+|·")
 
 

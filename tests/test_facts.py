@@ -6,6 +6,7 @@ session with facts is exact."""
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pager.agent import Agent
@@ -19,6 +20,8 @@ from pager.model import HandlerModel
 from pager.offline import OfflineShell
 from pager.replay import replay
 from pager.store import MemoryStore
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 TALK = [
     ("Maya", "My home city is Paris."),

@@ -391,17 +391,19 @@ def test_one_number_for_evictions_in_stats_trace_show_and_the_timeline(maya, tmp
 
 
 # -- docs that match the code ---------------------------------------------------------------------------
-def test_the_readme_lists_every_command_and_option_as_the_cli_has_them():
+def test_the_cli_reference_lists_every_command_and_option_as_the_cli_has_them():
     import re
 
     from pager.cli.synopsis import synopsis
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"## Commands\n.*?```\n(.*?)```", readme, re.S).group(1)
-    assert block.strip() == synopsis().strip(), "run `python -m pager.cli.synopsis` and paste it into README's Commands"
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "cli.md").read_text()
+    block = re.search(r"^# Commands\n.*?```\n(.*?)```", page, re.S).group(1)
+    assert block.strip() == synopsis().strip(), "run `python -m pager.cli.synopsis` and paste it into docs/cli.md"
     helped = runner.invoke(app, ["--help"]).output
     for name in re.findall(r"^pager ([a-z]+)", block, re.M):
         assert name in helped
+    assert "(docs/cli.md)" in (root / "README.md").read_text(), "the README links the command list"
 
 
 def test_the_readme_layout_names_every_module():
@@ -414,14 +416,14 @@ def test_the_readme_layout_names_every_module():
     assert modules <= named, f"README's Layout does not name {sorted(modules - named)}"
 
 
-def test_the_readme_transcript_is_what_a_fresh_run_prints(tmp_path):
-    """The README's chat, replayed from its own `you>` lines on a fresh home: same answers, same counters."""
+def test_the_chat_page_transcript_is_what_a_fresh_run_prints(tmp_path):
+    """The chat of docs/chat.md, replayed from its own `you>` lines on a fresh home: same answers, same counters."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    transcript = re.search(r"```\n\$ pager chat --session maya --budget 4096\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "chat.md").read_text()
+    transcript = re.search(r"```\n\$ pager chat --session maya --budget 4096\n(.*?)```", page, re.S).group(1)
     said = re.findall(r"^you> (.*)$", transcript, re.M)
-    env = {"PAGER_EMBEDDER": "wordllama"}   # the default the README ran with
+    env = {"PAGER_EMBEDDER": "wordllama"}   # the default the page's chat ran with
     assert runner.invoke(app, ["--home", str(tmp_path), "ingest", str(DEMO), "--session", "maya"], env=env).exit_code == 0
     result = runner.invoke(app, ["--home", str(tmp_path), "chat", "--session", "maya", "--budget", "4096"],
                            input="".join(line + "\n" for line in said), env=env)

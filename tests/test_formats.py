@@ -21,6 +21,8 @@ from pager.store import MIGRATIONS, SCHEMA_VERSION
 from pager.trace import TRACE_VERSION, read_trace
 from conftest import ENV
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 FIXTURE = Path(__file__).parent / "fixtures" / "home-v1"
 runner = CliRunner()
 

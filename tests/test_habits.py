@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import ROOT
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

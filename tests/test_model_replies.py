@@ -196,7 +196,7 @@ def test_the_readme_agent_loop_survives_a_reply_with_no_text(tmp_path, fake, mon
     `content: null` and no tool calls (or an empty one) raised ToolError out of the user's loop. The loop
     returns "" for it now and stores nothing for it."""
     readme = (ROOT / "README.md").read_text()
-    code = re.search(r"## Use pager from your agent.*?```python\n(.*?)```", readme, re.S).group(1)
+    code = re.search(r"## Tool bundle and MCP\n.*?```python\n(.*?)```", readme, re.S).group(1)
     monkeypatch.setenv("PAGER_HOME", str(tmp_path / "h"))
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)

@@ -101,7 +101,7 @@ def test_an_s3_ddb_store_without_its_table_is_one_line_naming_the_fix(tmp_path, 
 
 
 def test_migrate_of_an_object_store_made_with_the_default_embedder_says_it_is_up_to_date(tmp_path, s3):
-    """The README's `pager --db s3://memory/team migrate`, run on a store `pager ingest` had just made,
+    """docs/storage.md's `pager --db s3://memory/team migrate`, run on a store `pager ingest` had just made,
     failed: "holds 128-dim vectors, the embedder makes 256; set PAGER_EMBEDDER…", with PAGER_EMBEDDER
     unset. The check for a store being there opened it as a store of 256-dim vectors; it now only lists
     its tables."""
@@ -118,10 +118,10 @@ def test_migrate_of_an_object_store_made_with_the_default_embedder_says_it_is_up
 
 
 def test_migrate_on_an_object_store_made_at_the_default_vector_size(tmp_path, s3):
-    """The README's `pager --db s3://memory/team migrate` refused every store made by this release:
+    """docs/storage.md's `pager --db s3://memory/team migrate` refused every store made by this release:
     asking whether a store was there at all opened it as 256-dim, and today's default is 128."""
     env, uri = s3
-    env = {**env, "PAGER_EMBEDDER": "wordllama"}   # the default the README's commands run with
+    env = {**env, "PAGER_EMBEDDER": "wordllama"}   # the default the commands of docs/storage.md run with
     home = str(tmp_path / "h")
     made = runner.invoke(app, ["--home", home, "--db", uri, "ingest", str(numbered_conversation(tmp_path / "c.jsonl", 6)),
                                "-s", "planning"], env=env)

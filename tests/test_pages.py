@@ -1,9 +1,12 @@
 """Packing turns onto pages."""
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pager.page import Packer, Turn, header_reserve
 from pager.tokens import get_tokenizer
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 TOK = get_tokenizer("cl100k_base")
 

@@ -7,6 +7,8 @@ from pager.page_table import Entry, PageTable
 from pager.policy import POLICY_CLASSES, Clock, LFU, LRU, Scored, make_policy
 from pager.errors import BudgetError, ConfigError
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 def table_with(n):
     table = PageTable()

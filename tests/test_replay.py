@@ -19,6 +19,8 @@ from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 TRACES = sorted((ROOT / "traces").glob("*.jsonl")) + [ROOT / "pager" / "data" / "demo_trace.jsonl"]
 runner = CliRunner()
 

@@ -2,8 +2,11 @@
 
 from datetime import datetime
 
+import pytest
 from pager.context import build
 from pager.search import date_range, terms
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 
 def test_terms_stem_and_drop_stopwords():

@@ -26,6 +26,7 @@ from pager.keys import KeyRing
 from pager.serve import Limits, Server, check_host
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SERVE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "serve.md"
 
 
 class Running:
@@ -196,8 +197,8 @@ def test_client_tools_are_checked(open_server):
 
 
 @pytest.mark.parametrize("tools", [False, True], ids=["no tools of its own", "tools of its own"])
-def test_tool_choice_is_auto_or_none_as_the_readme_says(tools):
-    """The README: "`tool_choice` may be `auto` or `none`". Without tools of the client's own, any
+def test_tool_choice_is_auto_or_none_as_the_serve_page_says(tools):
+    """docs/serve.md: "`tool_choice` may be `auto` or `none`". Without tools of the client's own, any
     other value was taken silently; with them, the refusal said only 'auto' was supported."""
     from pager.proxy import RequestError, parse
 
@@ -658,18 +659,19 @@ def test_without_keys_a_peer_beyond_loopback_is_refused_whatever_its_host_header
         assert refused.value.status == 403 and refused.value.code == "not_local"
 
 
-# -- the README's examples, run against a live server ------------------------------------------------------
-def _serve_section() -> str:
+# -- the documents' examples, run against a live server ---------------------------------------------------
+def _serve_text() -> str:
+    """The README's `pager serve` section and the whole of docs/serve.md, where its detail lives."""
     text = README.read_text()
-    start = text.index("## Serve")
+    start = text.index("## `pager serve`")
     end = text.find("\n## ", start + 1)
-    return text[start: end if end > 0 else len(text)]
+    return text[start: end if end > 0 else len(text)] + "\n" + SERVE_PAGE.read_text()
 
 
-def test_readme_curl_example_runs(open_server):
-    blocks = re.findall(r"```sh\n(.*?)```", _serve_section(), re.S)
+def test_the_curl_examples_of_the_readme_and_the_serve_page_run(open_server):
+    blocks = re.findall(r"```sh\n(.*?)```", _serve_text(), re.S)
     curls = [b for b in blocks if "curl" in b]
-    assert curls, "the Serve section has a curl example"
+    assert len(curls) >= 2, "the README's Serve section and docs/serve.md each have a curl example"
     for block in curls:
         script = block.replace("http://127.0.0.1:8765", open_server.url)
         out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
@@ -678,12 +680,12 @@ def test_readme_curl_example_runs(open_server):
         assert '"error"' not in out.stdout, out.stdout   # every command of the example worked
 
 
-def test_readme_openai_snippet_runs(open_server):
-    blocks = re.findall(r"```python\n(.*?)```", _serve_section(), re.S)
+def test_the_openai_snippet_of_the_serve_page_runs(open_server):
+    blocks = re.findall(r"```python\n(.*?)```", _serve_text(), re.S)
     snippet = next(b for b in blocks if "openai" in b)
     code = snippet.replace("http://127.0.0.1:8765", open_server.url)
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)   # noqa: S102 - our own README, run as a user would
+    exec(compile(code, "docs/serve.md", "exec"), scope)   # noqa: S102 - our own docs, run as a user would
     assert "reply" in scope
 
 

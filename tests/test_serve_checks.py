@@ -158,7 +158,7 @@ def test_a_turn_key_that_is_not_a_short_string_is_refused_not_ignored_or_cut(tmp
 
 
 def test_a_model_the_server_has_no_key_for_is_refused_naming_the_key(tmp_path, monkeypatch):
-    """`"model": "openai/gpt-4o-mini"` (the README's own example of a provider/model name) on a server
+    """`"model": "openai/gpt-4o-mini"` (a provider/model name as the README's examples write one) on a server
     without OPENAI_API_KEY stored the message, tried litellm twice and answered 502 "the model failed …
     try again later": no later try could work. `pager chat --model` says at start which key is
     missing; the server now says the same, 404 model_not_found, before anything is stored."""

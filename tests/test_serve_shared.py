@@ -118,7 +118,7 @@ def test_a_server_reads_what_another_host_flushed_to_the_shared_store(one_store)
     `pager serve` listed no such session and answered 404 for it (its LanceDB tables stayed at the version
     it had first read), and once B had the session open, A's later turns and state changes never showed:
     `GET /sessions/shared` said 2 turns where the store held 3, `…/state` was empty, while `pager
-    sessions` on B's home said 3. The README: "Readers on any host see what was flushed"."""
+    sessions` on B's home said 3. docs/storage.md: "Readers on any host see what was flushed"."""
     from test_serve import Running
 
     from pager.embed import HashEmbedder

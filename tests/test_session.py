@@ -9,6 +9,8 @@ from pager.errors import BudgetError, InputError, PageNotFound
 from pager.embed import HashEmbedder
 from pager.home import Home
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 def test_eviction_under_pressure_keeps_every_page(mem_home):
     s = mem_home.open("a")

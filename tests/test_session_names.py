@@ -27,7 +27,7 @@ def _home(path, **kw) -> Home:
 def test_a_session_opened_and_left_unwritten_is_not_made(tmp_path):
     """`printf 'hi\\n' | pager chat -s x/y` was refused at its message, yet the chat's close stored the
     page table of the session it had opened; the next `pager chat -s x/y` found the session settled and
-    took the name the README says is refused. Opening writes nothing: the name is still refused, and
+    took the name docs/serve.md says is refused. Opening writes nothing: the name is still refused, and
     how pages are cut is fixed by the first transaction, not by a process that only looked."""
     with _home(tmp_path / "h", page_tokens=64) as home:
         home.open("x/y")

@@ -13,6 +13,8 @@ from pager.errors import ConfigError, StoreError
 
 from conftest import ENV
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 runner = CliRunner()
 

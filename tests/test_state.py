@@ -18,6 +18,8 @@ from pager.tools import MODEL
 
 from conftest import say
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 def test_set_replace_and_unset_keep_every_change(mem_home):
     s = mem_home.open("st")

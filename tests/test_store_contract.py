@@ -8,6 +8,8 @@ from pager.page import Packer, Turn
 from pager.tokens import get_tokenizer
 from pager.store import Batch, LanceStore, MemoryStore
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 @pytest.fixture(params=["memory", "lance"])
 def store(request, tmp_path):

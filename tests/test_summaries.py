@@ -6,6 +6,7 @@ summaries are durable across homes, recovered from a dead one's journal, and rel
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from pager.bench.record import record
@@ -20,6 +21,8 @@ from pager.views import inspect_json, tier_hits
 from typer.testing import CliRunner
 from pager.cli.app import app
 from conftest import ENV
+
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
 
 DAY = 86_400
 T0 = 1_700_000_000

@@ -14,6 +14,8 @@ from pager.replay import replay
 from pager.textcalls import looks_like_call, read
 from pager.trace import read_trace
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 TOOLS = {"search", "page_in", "page_out", "bookmark", "pin", "unpin", "state_set", "state_unset"}
 
 

@@ -13,6 +13,8 @@ from pager.tools import Dispatcher
 import pager
 from pager.config import Config
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 def tune(session, mode: Literal["fast", "slow"], ratio: float, label: str | None = None,
          limit: Optional[int] = None, verbose: bool = False, weights: list[float] = [],  # noqa: B006 - a schema default

@@ -231,7 +231,7 @@ def test_the_readme_agent_loop_runs(tmp_path, monkeypatch):
     from pager.offline import OfflineShell
 
     readme = (ROOT / "README.md").read_text()
-    code = re.search(r"## Use pager from your agent.*?```python\n(.*?)```", readme, re.S).group(1)
+    code = re.search(r"## Tool bundle and MCP\n.*?```python\n(.*?)```", readme, re.S).group(1)
     monkeypatch.setenv("PAGER_HOME", str(tmp_path / "h"))
     monkeypatch.setenv("PAGER_EMBEDDER", "hash")
     litellm()

@@ -17,6 +17,8 @@ from pager.home import Home
 from pager.journal import frame, read_segment
 from pager.trace import new_trace_path
 
+pytestmark = pytest.mark.smoke   # in the one-minute subset: pytest -m smoke
+
 
 @pytest.fixture
 def cfg(tmp_path):
