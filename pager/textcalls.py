@@ -135,19 +135,39 @@ def _objects(body: str) -> list[dict] | None:
     try:
         value = json.loads(body)
     except json.JSONDecodeError:
-        if body.startswith("{{") and body.endswith("}}"):   # braces doubled, as a template escapes them
-            return _objects(body[1:-1])
-        lines = [line for line in body.splitlines() if line.strip()]
-        if len(lines) < 2:
-            return None
-        try:
-            value = [json.loads(line) for line in lines]
-        except json.JSONDecodeError:
-            return None
+        value = _overbraced(body)
+        if value is None:
+            lines = [line for line in body.splitlines() if line.strip()]
+            if len(lines) < 2:
+                return None
+            each = [_one_object(line.strip()) for line in lines]
+            value = [v for v in each if v is not None]
+            if len(value) < len(each):
+                return None
     values = value if isinstance(value, list) else [value]
     if not values or not all(isinstance(v, dict) for v in values):
         return None if not isinstance(value, (dict, list)) else []
     return values
+
+
+def _one_object(line: str) -> dict | None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return _overbraced(line)
+    return value if isinstance(value, dict) else None
+
+
+def _overbraced(body: str) -> dict | None:
+    """An object written with its braces doubled, as a template escapes them, and often closed with
+    more than it opened (`{{"name": …, "arguments": {…}}}}`): the object inside, or None."""
+    if not body.startswith("{{"):
+        return None
+    try:
+        value, end = json.JSONDecoder().raw_decode(body[1:])
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and not body[1 + end:].strip("} \t\n") else None
 
 
 def _call(obj: dict, tools: set[str], loose: bool = False) -> tuple[str, str] | None:

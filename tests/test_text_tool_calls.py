@@ -33,6 +33,7 @@ TOOLS = {"search", "page_in", "page_out", "bookmark", "pin", "unpin", "state_set
     ('{{"name": "search", "arguments": {"query": "Caroline painting for art show", "k": 1}}}', "search",
      {"query": "Caroline painting for art show", "k": 1}),
     ('```json\n{{"name": "page_in", "arguments": {"page": "p7"}}}\n```', "page_in", {"page": "p7"}),
+    ('{{"name": "page_in", "arguments": {"page": "p143"}}}}', "page_in", {"page": "p143"}),   # closed with one more
 ])
 def test_calls_written_as_text_are_read_in_every_form_models_use(text, name, arguments):
     reading = read(text, TOOLS, step=2)
@@ -49,6 +50,16 @@ def test_several_calls_in_one_reply_are_all_read_with_the_prose_kept():
     assert [c["name"] for c in reading.calls] == ["search", "page_in"]
     assert [c["id"] for c in reading.calls] == ["text_0_0", "text_0_1"]
     assert reading.text == "I will check two things." and reading.form == "tag"
+
+
+def test_several_overbraced_calls_one_per_line_are_all_read():
+    # the same model's reply to "When did Caroline join a new activist group?" in the benchmark
+    text = ('{{"name": "search", "arguments": {"query": "activist group", "k": 1}}}}\n'
+            '{{"name": "page_in", "arguments": {"page": "p86"}}}}')
+    reading = read(text, TOOLS, step=1)
+    assert [(c["name"], json.loads(c["arguments"])) for c in reading.calls] == [
+        ("search", {"query": "activist group", "k": 1}), ("page_in", {"page": "p86"})]
+    assert not reading.malformed and not reading.text
 
 
 @pytest.mark.parametrize("text", [
