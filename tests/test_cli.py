@@ -5,7 +5,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 from typer.testing import CliRunner
 
@@ -20,9 +19,12 @@ def test_help_is_instant_and_imports_nothing_heavy():
            "print(time.perf_counter()-t, 'lancedb' in sys.modules, 'litellm' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[1:] == ["False", "False", "False"]
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pager.cli", "--help"], capture_output=True, check=True)
-    assert time.perf_counter() - started < 2.0  # generous for CI; measured ~0.1 s here
+    # what --help itself loads, not how long it takes on a busy machine (measured ~0.1 s here)
+    code = ("import sys; from pager.cli.app import main; sys.argv = ['pager', '--help']\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\n"
+            "print([m for m in ('lancedb', 'litellm', 'numpy', 'pyarrow') if m in sys.modules], file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Usage" in done.stdout and done.stderr.strip().splitlines()[-1] == "[]", done.stderr[-500:]
 
 
 def test_python_dash_m_pager_runs_the_command_line(tmp_path):

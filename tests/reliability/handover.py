@@ -17,7 +17,7 @@ import sys
 
 from pager.config import Config
 from pager.embed import HashEmbedder
-from pager.errors import StoreError
+from pager.errors import LeaseLapsed, StoreError
 from pager.facts import Draft
 from pager.home import Home
 
@@ -44,6 +44,12 @@ def main() -> None:
             tag = f"{name}{serial}"
             try:
                 ack = op(s, rng, name, serial, tag, own)
+            except LeaseLapsed as exc:   # the store answered slower than the lease: nothing of it was accepted,
+                if "restart this process" in str(exc):   # nothing to check; the next op takes the lease again
+                    home.close()
+                    print("restart", flush=True)
+                    return
+                continue
             except StoreError as exc:
                 if "restart this process" not in str(exc):
                     raise
