@@ -73,7 +73,7 @@ class WordLlamaEmbedder:
 
         wordllama tokenizes and pools 64 texts at a time, and each step of each batch lets go of the
         interpreter's lock and waits to take it back: beside a busy thread (the ingest's packing, while
-        its helper thread embeds) each wait is a switch interval, and 1,000 texts took 5-7x their time
+        its embedding thread embeds) each wait is a switch interval, and 1,000 texts took 5-7x their time
         (BENCHMARKS.md, "Cost against a plain vector store"). Here the texts are tokenized in one call, sorted by
         length and pooled in as few groups as CELLS allows. A text's vector is the sum of its token
         vectors in order, as any padding to a longer text leaves it (the mask adds exact zeros), so

@@ -150,7 +150,7 @@ class Home:
         self.memory_worker: Any = None
         self._reranker: Any = None   # the search's and the facts' reranker (pager/rerank.py); built from the config when None
         self._mutex = threading.RLock()   # one writer thread at a time in this process
-        self._early: Any = None           # the helper thread that embeds while the journal syncs (_embed_early)
+        self._early: Any = None           # the thread that embeds while the journal syncs (_embed_early)
         self._early_pid = 0
         self._held: dict[tuple[str, str], SessionLock] = {}
         self._kept: dict[Path, Kept] = {}   # dead processes' segments being recovered (recover)
@@ -535,13 +535,13 @@ class Home:
                 except BaseException:
                     for s in written:
                         locks[s].advance(locks[s].last_turn, 0)  # nothing was written: clean again
-                    _vectors(early)   # wait for the helper: nothing of this group stays anywhere
+                    _vectors(early)   # wait for the embedding thread: nothing of this group stays anywhere
                     raise
                 for s in written:
                     locks[s].advance(plans[s][0][-1].turn, len(plans[s][0]))
                     s.generation = locks[s].generation
                     s.settled = True
-            # durable and numbered: the locks are free for others while this process packs; the helper
+            # durable and numbered: the locks are free for others while this process packs; the embedding thread
             # may still be embedding, and each session waits for its vectors only when it embeds its
             # sealed pages, after packing (the embedder's native code runs beside the packing)
             for s in written:
@@ -564,12 +564,12 @@ class Home:
     EARLY = 8   # turns in an accepted group from which their text is embedded while the journal syncs
 
     def _embed_early(self, turns: list):
-        """The turns' texts embedded on a helper thread while this one waits for the journal's fsync
+        """The turns' texts embedded on another thread while this one waits for the journal's fsync
         (which releases the GIL): most of them are pieces of pages about to be sealed, and
         Session._embed_pending takes their vectors from here instead of embedding them again (the
         same vectors: an embedder embeds each text on its own). Only when the append waits for an
         fsync (not inside Journal.deferred), with an embedder already loaded, and a group large
-        enough to pay for the hand-over; else None. The helper does nothing else: token counts
+        enough to pay for the hand-over; else None. The embedding thread does nothing else: token counts
         release the interpreter's lock for each turn, and queued before the embedding they kept it
         from starting until the packing they were for was done (BENCHMARKS.md, "Cost against a plain vector store")."""
         if not self.journal.syncs_on_append() or self._embedder is None or len(turns) < self.EARLY:
@@ -579,7 +579,7 @@ class Home:
         return self._helper().submit(lambda: dict(zip(texts, embedder.embed(texts))))
 
     def _helper(self):
-        """The helper thread (made on first use; a forked child has none and makes its own)."""
+        """The embedding thread (made on first use; a forked child has none and makes its own)."""
         if self._early is None or self._early_pid != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 

@@ -91,7 +91,7 @@ class Session:
         self.journal_offsets: dict[str, int] = {}
         self._unembedded: list[Page] = []
         self.embedded_early: dict[str, np.ndarray] = {}   # turn text → its vector, made while the journal synced
-        self.embedding_early: list = []   # (the helper's future, the texts of ours it embeds), not yet taken
+        self.embedding_early: list = []   # (the embedding thread's future, the texts of ours it embeds), not yet taken
         self._counted: dict[int, tuple] = {}   # turn → (the turn, its line's tokens, its text's tokens): count_turns
         self.unwritten: list[int] = []      # sealed pages the bookmark model has not named yet (stored: take_pending)
         self.naming: list[int] = []         # pages of a call of it under way (pager serve's memory worker)
@@ -451,7 +451,7 @@ class Session:
 
     def _embed_pending(self) -> None:
         """Embed newly sealed pages in one batch and index them."""
-        while self.embedding_early:   # the helper's vectors for turns this process accepted (Home._embed_early)
+        while self.embedding_early:   # the embedding thread's vectors for turns this process accepted (Home._embed_early)
             future, accepted = self.embedding_early.pop(0)
             made = _early_vectors(future)
             self.embedded_early.update((t, made[t]) for t in accepted if t in made)
