@@ -1,11 +1,11 @@
 """The faster ingest path stores and finds exactly what the plain one does (issue 15).
 
 Offline keywords use a quicker date pattern and skip scans that cannot match, BM25 terms of ASCII
-text skip the CJK loop, a large append packs its pages while the helper thread is still
+text skip the CJK loop, a large append packs its pages while the embedding thread is still
 embedding, and the packer counts a page's body from its end (with each line's own count made on
-the helper thread). Each is checked against the plain form here: the release's date pattern and
+the embedding thread). Each is checked against the plain form here: the release's date pattern and
 every scan, the general terms loop, a packer that counts every body whole, and a home fed one
-message at a time without the helper.
+message at a time without the embedding thread.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def test_bm25_terms_are_those_of_the_general_loop(text):
 @pytest.mark.parametrize("listen", [True, False])
 def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_at_a_time_does(tmp_path, monkeypatch,
                                                                                               listen):
-    """Appends of 1,000 through the durable path (journal, helper-thread embedding beside the packing,
+    """Appends of 1,000 through the durable path (journal, embedding on another thread beside the packing,
     token counts of the whole group) against one message at a time without a journal: the same pages, keywords,
     vectors and search results, and (with a listener, which gets each turn's count) the same events."""
     import pager.session
@@ -218,7 +218,7 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
     assert sum(counted) == len(messages) and max(counted) == 1000   # every turn counted, a group at once
     plain = ingest(False, 1)
     assert sum(counted) == 2 * len(messages)   # and one at a time
-    assert fast[3] and not plain[3]   # the durable home embedded on the helper; the other had no fsync to wait for
+    assert fast[3] and not plain[3]   # the durable home embedded on the other thread; the other had no fsync to wait for
     assert len(fast[0]) > 500
     assert fast[0] == plain[0]
     assert fast[1] == plain[1]
