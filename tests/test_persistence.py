@@ -187,8 +187,8 @@ def test_a_snapshot_is_not_trusted_once_something_was_appended(tmp_path):
 
 
 def test_turns_embedded_while_the_journal_syncs_give_the_same_index(tmp_path):
-    """A durable home embeds an accepted group's texts on a helper thread during the fsync and seals
-    pages with those vectors; the index is the one a home without that helper builds."""
+    """A durable home embeds an accepted group's texts on an embedding thread during the fsync and seals
+    pages with those vectors; the index is the one a home without that thread builds."""
     import numpy as np
 
     from pager.store import MemoryStore

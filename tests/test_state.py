@@ -202,7 +202,7 @@ def test_the_offline_shell_answers_from_the_state_only_for_the_key_asked():
 
 
 def test_the_offline_shell_never_quotes_its_own_state_replies_back(tmp_path):
-    """An outsider asked what was noted and got the shell's own "Noted, and kept in the working state"
+    """A user asked what was noted and got the shell's own "Noted, and kept in the working state"
     reply as the answer: the reply is marked as the shell's, like its other replies."""
     script = "My home city is Paris.\nMy sister is visiting next week from Lisbon.\nWhat did you note?\nWho is visiting?\n"
     result = CliRunner().invoke(app, ["--home", str(tmp_path / "h"), "chat", "-s", "own"], input=script,

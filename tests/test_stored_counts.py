@@ -1,4 +1,4 @@
-"""Each page carries its pieces' token counts, made when it was packed (the durable path's helper counts
+"""Each page carries its pieces' token counts, made when it was packed (the durable path's early counts
 every turn's line beside the journal's fsync), and stored with it (schema 8, `m008_piece_tokens`): a
 process that shows a piece as an excerpt line, or a page as a block, counts it from stored counts and
 cached parts instead of the tokenizer. Every composition is held against the whole count here, for
@@ -91,7 +91,7 @@ turns = st.lists(st.tuples(st.sampled_from(["Maya", "Sam", "/x", "Ōe"]), texts.
 @settings(max_examples=200, deadline=None)
 @given(turns=turns, page_tokens=st.sampled_from([24, 48, 96]), encoding=ENCODINGS)
 def test_a_sealed_page_carries_the_exact_count_of_each_piece_it_counted(turns, page_tokens, encoding):
-    """Packer: a piece's stored count is its text's count, or -1; given the helper's counts, every whole
+    """Packer: a piece's stored count is its text's count, or -1; given the early counts, every whole
     turn on a page is counted."""
     tokenizer = get_tokenizer(encoding)
     packer = Packer("s", tokenizer, page_tokens)
