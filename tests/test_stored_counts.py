@@ -1,5 +1,5 @@
-"""Each page carries its pieces' token counts, made when it was packed (the durable path's early counts
-every turn's line beside the journal's fsync), and stored with it (schema 8, `m008_piece_tokens`): a
+"""Each page carries its pieces' token counts, made when it was packed (the durable path counts
+every turn's line early, beside the journal's fsync), and stored with it (schema 8, `m008_piece_tokens`): a
 process that shows a piece as an excerpt line, or a page as a block, counts it from stored counts and
 cached parts instead of the tokenizer. Every composition is held against the whole count here, for
 both encodings, and assembled contexts are counted exactly (test_budget_property, test_assembly_reference)."""
@@ -116,7 +116,7 @@ def _long_session(home, name="days"):
 
     s = home.open(name)
     texts = TextGenerator(3).turns(400)
-    for i in range(0, len(texts), 100):   # appends of 100: the helper counts each turn's line beside the fsync
+    for i in range(0, len(texts), 100):   # appends of 100: each turn's line counted early, beside the fsync
         s.append_many([{"speaker": NAMES[j % len(NAMES)], "text": t} for j, t in enumerate(texts[i:i + 100])])
     return s
 
