@@ -7,7 +7,8 @@ the answer is scored against the dataset's with LoCoMo's own token F1 (task_eval
 containment score. Systems:
 
 - pager:       the agent loop with automatic paging only (no tools offered): the question faults in
-               what its words find, the model answers from the assembled prompt;
+               what its words find, the model answers from the assembled prompt (a reply holding call
+               syntax is sent back with a note, within the same `tool_steps`);
 - pager-tools: the same loop with the paging tools offered too (search, page_in, …), up to
                `tool_steps` model calls; tool calls written as text are read and run (pager.textcalls);
 - recent:      the newest turns that fit, oldest first;
