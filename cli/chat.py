@@ -186,7 +186,7 @@ def run(config: Config, stream: TextIO | None = None, console: Console | None = 
         session = home.open()
         check_new_name(session)   # a name a new session may not have is refused now, not at the first message
         if not session.turn_count and not new:
-            from pager.cli.app import refuse_held_elsewhere
+            from pager.cli.owners import refuse_held_elsewhere
 
             refuse_held_elsewhere(home, session.user, session.name)
         settle()

@@ -14,7 +14,7 @@ compare-and-swap on its row (LanceStore.swap_lease), so two hosts claiming at on
 win. A home takes the lease before it writes a session (Home.accept, journal_op, flush,
 recover) and a background thread renews it every lease_s/3 while it is in use. A lease is held
 while the session is being written, not while it is open: once the home has not written the
-session for idle_s (PAGER_LEASE_IDLE_S), the thread has the home flush (Home._release_idle, on a
+session for idle_s (PAGER_LEASE_IDLE_S), the thread has the home flush (WritePath.release_idle, on a
 thread of its own: the lease is renewed while the flush takes as long as the store does) and
 gives the lease up, so a chat left open on one host does not keep the others from writing.
 The next write takes it again and, since another home may have written meanwhile, reads what the
@@ -29,8 +29,8 @@ Expiry compares the claimant's clock with the holder's: hosts need clocks that a
 within lease_s (NTP does).
 
 The store's writes carry no fencing token, so a home fences itself by its own clock: nothing is
-acknowledged (Home._lease_lapsed) and no flush commits (Home._fence) once its lease has run out,
-and after a flush it checks that the store holds its turns at their numbers (Home._verify_written).
+acknowledged (WritePath.lease_lapsed) and no flush commits (WritePath.fence) once its lease has run out,
+and after a flush it checks that the store holds its turns at their numbers (WritePath.verify_written).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ turns, and two processes on one session seal identical pages.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 
 from .tokens import ASCII_LETTERS, Tokenizer, last_boundary, tail_start
@@ -155,7 +156,7 @@ class Packer:
     def add(self, turn: Turn, start: int = 0, line_tokens: int | None = None) -> list[Page]:
         """Append turn (from char start on); return the pages this sealed. line_tokens: the exact count
         of `speaker: text` by this packer's tokenizer, if the caller has it (counted for the whole accepted
-        group at once: session.count_turns); used only where it keeps every count exact."""
+        group at once: intake.count_turns); used only where it keeps every count exact."""
         sealed: list[Page] = []
         text = turn.text
         while True:
@@ -267,3 +268,8 @@ class Packer:
         lo = self.tokenizer.fit_end(text, start, self.capacity, head=head)
         space = text.rfind(" ", start + 1, lo)
         return space + 1 if space > start + (lo - start) // 2 else lo
+
+
+def date_label(ts: float) -> str:
+    """The day a turn or record is dated by when it was sent without a date: "6 Dec 2026"."""
+    return time.strftime("%-d %b %Y", time.localtime(ts))

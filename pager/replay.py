@@ -389,9 +389,9 @@ def _take_other(session, event: dict) -> None:
     if kind == "append":
         session.receive([dict(t) for t in event["turns"]])
     elif kind == "summary_in":
-        session._keep_summaries([summary_from(event)], event="")
+        session.tiers["summary"].keep([summary_from(event)], "")
     elif kind == "fact_in":
-        session._keep_facts([fact_from(event)], event="")
+        session.tiers["fact"].keep([fact_from(event)], "")
     elif kind == "state_in":
         session.state.take([_change(event)])
     elif kind == "bookmark_in":
@@ -451,8 +451,8 @@ def _resume(session, event: dict, policy: str | None) -> None:
         pages = [session.pages[n] for n in sorted(session.pages)] if event.get("page_keywords") else []
         session.directory = Directory.of(map(Bookmark.from_dict, event["bookmarks"]), pages)
     session.state.take([Change.from_record(c) for c in event.get("changes", [])])
-    session._keep_facts([fact_from(f) for f in event.get("facts", [])], event="")
-    session._keep_summaries([summary_from(x) for x in event.get("summaries", [])], event="")
+    session.tiers["fact"].keep([fact_from(f) for f in event.get("facts", [])], "")
+    session.tiers["summary"].keep([summary_from(x) for x in event.get("summaries", [])], "")
 
 
 def _change(event: dict) -> Change:

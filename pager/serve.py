@@ -191,7 +191,7 @@ class Server:
 
         from .serve_mcp import mount
 
-        mcp_route, mcp_lifespan = mount(self)
+        mcp_route, mcp_lifespan = mount(self, tenant_of, _refusal)
 
         @asynccontextmanager
         async def lifespan(app):

@@ -52,13 +52,12 @@ class RequestToolkit:
         return self.engine.open(tenant, session)
 
 
-def mount(server):
-    """(the /mcp route, the lifespan that runs the SDK's session manager)."""
+def mount(server, tenant_of, refusal):
+    """(the /mcp route, the lifespan that runs the SDK's session manager). tenant_of and refusal are
+    the server's (pager.serve): a request to /mcp is authorized and refused as any other."""
     from starlette.routing import Route
 
     from pager.tools.mcp_server import build
-
-    from .serve import _refusal, tenant_of
 
     mcp = build(RequestToolkit(server.engine))
     host = server.host if server.host not in ("0.0.0.0", "::") else "0.0.0.0"
@@ -79,7 +78,7 @@ def mount(server):
             raw = request.headers.get(SESSION_HEADER) or request.query_params.get("session")
             session = session_name(raw, "the session") if raw is not None else server.config.session
         except RequestError as exc:
-            await _refusal(exc)(scope, receive, send)
+            await refusal(exc)(scope, receive, send)
             return
         token = _where.set((tenant, session))
         try:

@@ -84,6 +84,19 @@ class State:
     def seq(self) -> int:
         return self.changes[-1].seq if self.changes else 0
 
+    def __len__(self) -> int:
+        return len(self.changes)
+
+    def add(self, change: Change, vector=None) -> Change | None:
+        """Apply the next change (numbered seq + 1); returns the change of its key it replaces, if any."""
+        older = self.current.get(change.key)
+        self.changes.append(change)
+        if change.unset:
+            self.current.pop(change.key, None)
+        else:
+            self.current[change.key] = change
+        return older
+
     def take(self, changes) -> list[Change]:
         """Apply changes in seq order; one ahead of a gap waits for it, one already held is ignored."""
         for c in changes:
@@ -92,11 +105,7 @@ class State:
         applied = []
         while self.seq + 1 in self._waiting:
             c = self._waiting.pop(self.seq + 1)
-            self.changes.append(c)
-            if c.unset:
-                self.current.pop(c.key, None)
-            else:
-                self.current[c.key] = c
+            self.add(c)
             applied.append(c)
         return applied
 

@@ -459,7 +459,7 @@ class LanceStore:
         """Append what is new. Callers hold the sessions' locks (pager.home), so checking which keys
         exist and then appending cannot race another local writer; a plain append is one new fragment,
         where a merge would join against the whole table. fence() is called before each commit and
-        raises to stop the write (a writer whose lease ran out: Home._fence)."""
+        raises to stop the write (a writer whose lease ran out: WritePath.fence)."""
         fence = fence or (lambda: None)
         if self.read_only:
             raise StoreError(f"the store at {self.uri} was opened read-only; nothing can be written")

@@ -45,7 +45,7 @@ def mem_home(config):
 def lance_home(config):
     home = Home(config, embedder=HashEmbedder())
     yield home
-    if not home._closed:
+    if not home.closed:
         home.close()
 
 

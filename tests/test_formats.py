@@ -15,7 +15,8 @@ from pager.cli.app import app
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.errors import InputError, StoreError
-from pager.home import Home, Snapshot
+from pager.caches import Snapshot
+from pager.home import Home
 from pager.search import INDEX_FORMAT
 from pager.store import MIGRATIONS, SCHEMA_VERSION
 from pager.trace import TRACE_VERSION, read_trace
@@ -77,7 +78,7 @@ def test_an_index_cache_of_another_format_is_ignored(tmp_path, stale):
         cached.marker = "from the cache"  # what tells the cached index from a rebuilt one
         if stale:
             cached.format = INDEX_FORMAT - 1
-        path = home._cache_path(s)
+        path = home.caches.index_path(s)
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(pickle.dumps(cached, protocol=5))
     with Home(cfg, embedder=HashEmbedder()) as home:
@@ -95,11 +96,11 @@ def test_a_session_snapshot_of_another_format_is_ignored(tmp_path, stale):
         snapshot = Snapshot(generation, last, 0, None, [], [], [])
         if stale:
             snapshot.format = (Snapshot.FORMAT[0] - 1, Snapshot.FORMAT[1])
-        path = home._snapshot_path("", "s")
+        path = home.caches.snapshot_path("", "s")
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(pickle.dumps(snapshot, protocol=5))   # after the close, which writes the session's own
     with Home(cfg, embedder=HashEmbedder(), read_only=True) as home:
-        assert (home._snapshot("", "s") is None) is stale
+        assert (home.caches.snapshot("", "s") is None) is stale
 
 
 def test_a_trace_newer_than_this_pager_is_refused_naming_the_fix(tmp_path):

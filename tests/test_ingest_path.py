@@ -182,14 +182,14 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
     """Appends of 1,000 through the durable path (journal, embedding on another thread beside the packing,
     token counts of the whole group) against one message at a time without a journal: the same pages, keywords,
     vectors and search results, and (with a listener, which gets each turn's count) the same events."""
-    import pager.session
+    import pager.intake
 
     messages = [{"speaker": NAMES[i % len(NAMES)], "text": t} for i, t in enumerate(TextGenerator(11).turns(2500))]
     messages[5:9] = [{"speaker": "Maya", "text": "ok!"}, {"speaker": "/x", "text": "we x!"}, {"speaker": "Sam", "text": "done."},
                      {"speaker": "Sam", "text": "long " * 400}]   # a speaker count_appended must not sum, a split turn
     counted = []
-    count_turns = pager.session.count_turns
-    monkeypatch.setattr(pager.session, "count_turns", lambda *a: counted.append(len(a[0])) or count_turns(*a))
+    count_turns = pager.intake.count_turns
+    monkeypatch.setattr(pager.intake, "count_turns", lambda *a: counted.append(len(a[0])) or count_turns(*a))
 
     def ingest(durable: bool, size: int):
         cfg = Config(home=tmp_path / f"h{durable}", budget=4096, page_tokens=128, embedder="hash")
@@ -202,7 +202,7 @@ def test_a_home_fed_in_appends_of_1000_stores_and_finds_what_one_fed_a_message_a
         for i in range(0, len(messages), size):
             s.append_many(messages[i : i + size])
         home.flush()
-        used = home._early is not None
+        used = home.writes.early is not None
         pages = [(p.n, p.text, p.spans, p.keywords, p.tokens, p.importance) for p in s.pages.values()]
         results = [[(h.n, round(h.score, 6)) for h in s.search(q, k=8)]
                    for q in ("what did Maya say about the budget?", "deploy review on 3 May", "the dog and the coffee",

@@ -108,7 +108,7 @@ def test_a_lease_is_renewed_while_the_home_flushes_before_giving_it_up():
     table = _LeaseTable()
     given: list = []
 
-    def flush_then_give_up(keys):   # Home._release_idle, with a flush that ends once a renewal was seen
+    def flush_then_give_up(keys):   # WritePath.release_idle, with a flush that ends once a renewal was seen
         table.flushing.set()
         table.renewed_while_flushing.wait(60)
         given.extend(leases.give_up(keys))
@@ -195,7 +195,7 @@ def test_a_flush_stalled_past_its_lease_does_not_land_beside_the_new_holders_tur
     """A's flush passes its lease check, then stalls (its path to the store cut) until B has taken the
     lapsed lease, numbered its turns after the store's last and flushed them; A's path comes back and its
     write goes on. Before: A's turns landed at B's numbers, each stored twice. Now the store asks before
-    each commit whether the lease still has time (Home._fence); A's write is stopped, its turns stay in
+    each commit whether the lease still has time (WritePath.fence); A's write is stopped, its turns stay in
     its journal and its next process stores them after B's."""
     env, uri = s3
     outage = Outage(env["PAGER_S3_ENDPOINT"])
@@ -254,7 +254,7 @@ def test_a_stale_write_landing_before_the_new_holder_flushes_costs_none_of_its_t
     lapsed lands now, at the same numbers (the store has no fencing token: a request in flight); then B
     flushes. Before: B's flush found the numbers taken, skipped its turns as written and removed the
     journal that held them: three acknowledged turns lost, and `pager check` said all was well. Now B
-    compares what it wrote with what the store holds (Home._verify_written) and keeps its records for
+    compares what it wrote with what the store holds (WritePath.verify_written) and keeps its records for
     its next process, which stores them after the last."""
     uri = str(tmp_path / "store")
     a = Home(_config({}, uri, tmp_path / "a"), embedder=HashEmbedder())

@@ -216,7 +216,7 @@ def test_an_idle_writer_gives_its_lease_up_and_takes_it_again_on_its_next_write(
     sa.set_state("city", "Berlin")
     while a.store.lease("", "s") is not None or ("", "s") in a.leases.held:
         time.sleep(0.05)  # the event: host a gave the lease up (in the store, then in its own books) while open
-    assert not a._closed
+    assert not a.closed
     b = Home(config("b", lease_idle_s=0), embedder=HashEmbedder())  # b keeps it until it closes
     sb = b.open("s")
     assert sb.append("bob", "b1").turn == 3  # a flushed before it gave up: b numbers after a's turns

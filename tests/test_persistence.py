@@ -201,7 +201,7 @@ def test_turns_embedded_while_the_journal_syncs_give_the_same_index(tmp_path):
         s = home.open("work")
         for i in range(0, len(texts), 20):
             s.append_many([{"speaker": "ann" if j % 2 else "bob", "text": t} for j, t in enumerate(texts[i : i + 20])])
-        used = home._early is not None
+        used = home.writes.early is not None
         vectors = s.index.vectors().copy()
         home.close()
         return vectors, used

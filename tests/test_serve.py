@@ -906,7 +906,7 @@ def test_sessions_beyond_max_open_are_closed_and_reopen_with_nothing_lost(tmp_pa
                 {"role": "user", "content": f"My locker number is {100 + i}."}])
             assert len(engine.home.sessions) <= 2
         assert engine.closed == 4 and ("", "many-0") not in engine.home.sessions
-        assert not engine._locks and len(engine.home._lock_mutexes) <= 2   # nothing kept per session seen
+        assert not engine._locks and len(engine.home.locks.mutexes) <= 2   # nothing kept per session seen
         reply = client.chat.completions.create(model="offline", user="many-0", messages=[
             {"role": "user", "content": "What is my locker number?"}])
         assert "100" in reply.choices[0].message.content

@@ -106,7 +106,7 @@ def _bulk_session(store, tokenizer, user: str, session: str, pages: int, page_to
             n += 1
             turn = Turn(session, n, NAMES[n % len(NAMES)], text, "user", "", start_ts + n * 60.0, "", user)
             turns.append(turn)
-            # each turn's line counted as the durable path's early count does (Home._count_early), so the
+            # each turn's line counted as the durable path's early count does (Intake.take_accepted), so the
             # pages carry their pieces' counts as pages sealed by an ingest do (Page.piece_tokens)
             line = tokenizer.count(f"{turn.speaker}: {text}") if len(text) <= longest else None
             sealed.extend(packer.add(turn, line_tokens=line))

@@ -118,13 +118,11 @@ class SlowMemory:
                                        "facts": [{"op": "NONE"}], "state": []})}
 
 
-def serve_with_memory(delay: float) -> None:
-    """`pager serve` (the command line in sys.argv) with SlowMemory as model pager/bench-memory."""
-    from pager.cli.app import main as cli
+def register_slow_memory(delay: float) -> None:
+    """SlowMemory as model pager/bench-memory, in the server's process (before `pager serve` starts there)."""
     from pager.llm import register
 
     register(SLOW_MEMORY, SlowMemory(delay))
-    cli()
 
 
 def start_server(home: Path, env: dict, memory_delay: float = 0.0) -> tuple[subprocess.Popen, str]:
@@ -134,7 +132,8 @@ def start_server(home: Path, env: dict, memory_delay: float = 0.0) -> tuple[subp
     log = open(home / "serve.log", "w")
     command = [sys.executable, "-m", "pager.cli"]
     if memory_delay:
-        command = [sys.executable, "-c", f"from pager.bench.serve import serve_with_memory; serve_with_memory({memory_delay!r})"]
+        command = [sys.executable, "-c", f"from pager.bench.serve import register_slow_memory; register_slow_memory({memory_delay!r}); "
+                   "from pager.cli.app import main; main()"]
         env = {**env, "PAGER_MEMORY_MODEL": f"pager/{SLOW_MEMORY}", "PAGER_BOOKMARK_BATCH": "1"}
     proc = subprocess.Popen(command + ["--home", str(home), "serve", "--port", str(port), "--timeout", "600"],
                             stdout=log, stderr=subprocess.STDOUT, env=env)

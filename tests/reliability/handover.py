@@ -75,7 +75,7 @@ def op(s, rng, name: str, serial: int, tag: str, own) -> dict:
     if kind == "fact":
         s.add_facts([Draft(f"{name} subject", f"{tag} is a fact", (own[0],))], "model")
         return {"kind": "fact", "tag": tag, "about": own[1]}
-    s.bookmark([max(s._turn_pages({own[0]})[own[0]][0])], [tag])
+    s.bookmark([max(s.turn_pages({own[0]})[own[0]][0])], [tag])
     return {"kind": "bookmark", "tag": tag, "about": own[1]}
 
 

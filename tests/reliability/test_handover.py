@@ -173,8 +173,8 @@ def _verify(tmp_path: Path, env: dict, acks: dict[str, list[dict]]) -> None:
                     held_marks = [m for m in marks if tag in m.keywords]
                     assert len(held_marks) == 1, f"bookmark {tag}: stored {len(held_marks)} times"
                     about = number[ack["about"]][0]
-                    assert set(held_marks[0].pages) & set(s._turn_pages({about})[about][0]), (
-                        f"bookmark {tag} on {held_marks[0].pages}, its turn {about} on {s._turn_pages({about})}")
+                    assert set(held_marks[0].pages) & set(s.turn_pages({about})[about][0]), (
+                        f"bookmark {tag} on {held_marks[0].pages}, its turn {about} on {s.turn_pages({about})}")
             for what, numbers in order.items():
                 assert numbers == sorted(numbers), f"home {name}'s {what}s out of the order acknowledged: {numbers}"
     for name in ("a", "b"):

@@ -33,7 +33,7 @@ def dies(h: Home) -> None:
     """A process killed with SIGKILL: its segment stays, unlocked; nothing is flushed."""
     h.journal.close(remove=False)
     h.leases.stop()   # and its lease thread dies with it
-    h._closed = True
+    h.closed = True
 
 
 def healthy(h: Home, session: str, user: str = "") -> fsck.Report:
@@ -131,7 +131,7 @@ def test_turns_are_numbered_after_the_durable_last_turn(cfg):
 
 
 def test_a_writer_dying_between_its_journal_and_its_lock_costs_no_number(cfg, monkeypatch):
-    from pager.home import SessionLock
+    from pager.locks import SessionLock
 
     a, b = home(cfg), home(cfg)
     sa, sb = a.open("s"), b.open("s")

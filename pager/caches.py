@@ -1,0 +1,299 @@
+"""What a home keeps on local disk between processes to answer sooner: a session's search index, a
+session snapshot for read-only opens, and the listing of sessions. All are optimisations, safe to
+delete: each is trusted only while the session's lock counts (or the store's versions) say nothing
+was written since, and the next open rebuilds what is missing or stale.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import pickle
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from .locks import lock_counts, read_counts_path
+from .store import SCHEMA_VERSION, LanceStore, Store, is_local
+
+if TYPE_CHECKING:
+    from .home import Home
+
+CACHED_FROM = 1   # pages a session needs before its index and snapshot are cached at close (was 200: a
+# small session then paid LanceDB's import, ~2.5 s, on every `pager search` to save a cache of a few KB)
+
+
+class Caches:
+    def __init__(self, home: "Home") -> None:
+        self.home = home
+
+    def index_path(self, s) -> Path:
+        h = self.home
+        key = f"{h.config.db_uri}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
+        return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
+
+    def cached_index(self, s):
+        """The session's index as a previous process left it, or None. Only this user's own files are
+        read (the cache is a pickle, trusted like the journal); a stale or damaged one is ignored."""
+        h = self.home
+        path = self.index_path(s)
+        try:
+            with open(path, "rb") as fh, gc_paused():
+                index = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
+            return None
+        from .search import Index
+
+        # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
+        return index if isinstance(index, Index) and index.dim == h.embedder.dim else None
+
+    def save_index(self, s) -> None:
+        """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
+        if (len(s.index) == s.index_saved and not s.index.vocabulary.grew) or len(s.index) < CACHED_FROM:
+            return
+        path = self.index_path(s)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            s.index.vectors()  # stack pending rows so the cache holds one array
+            s.index.vocabulary.grew = False
+            with open(tmp, "wb") as fh:
+                pickle.dump(s.index, fh, protocol=5)
+            os.replace(tmp, path)
+            s.index_saved = len(s.index)
+        except OSError:
+            pass  # a cache is an optimisation; the next open rebuilds
+
+    def snapshot_path(self, user: str, session: str) -> Path:
+        h = self.home
+        key = f"{h.config.db_uri}\x00{user}\x00{session}\x00{h.config.embedder}"
+        return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.session"
+
+    def save_snapshot(self, s) -> None:
+        """Write the session as the store now holds it (called after the closing flush), tagged with
+        the session lock's counts: a later read-only open trusts it only while they are unchanged."""
+        h = self.home
+        if isinstance(s.source, Snapshot):
+            return  # opened from one and only looked
+        last, generation = h.locks.counts(s)
+        if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < CACHED_FROM:
+            return  # turns of other processes not taken in, or an index not worth caching
+        pages = [s.pages[n] for n in sorted(s.pages)]
+        after = pages[-1].spans[-1][0] - 1
+        tail = h.store.turns(s.user, s.name, after=after)
+        if (tail[-1].turn if tail else after + 1) != s.turn_count:
+            return  # the store lacks turns a live process still holds in its journal
+        snapshot = Snapshot(generation, last, after, h.store.state(s.user, s.name), pages,
+                            h.store.bookmarks(s.user, s.name), tail, h.store.state_changes(s.user, s.name),
+                            h.store.facts(s.user, s.name), h.store.summaries(s.user, s.name))
+        path = self.snapshot_path(s.user, s.name)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "wb") as fh:
+                pickle.dump(snapshot, fh, protocol=5)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an optimisation; the next open reads the store
+
+    def snapshot(self, user: str, session: str) -> "Snapshot | None":
+        h = self.home
+        if h.recovered:
+            return None  # a dead process's records just reached the store: the snapshot may lack them
+        try:
+            with open(self.snapshot_path(user, session), "rb") as fh, gc_paused():
+                snapshot = pickle.load(fh)
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
+            return None
+        if not isinstance(snapshot, Snapshot) or snapshot.format != Snapshot.FORMAT:
+            return None
+        counts = read_counts_path(h.locks.path(user, session))
+        if counts is None or counts[:2] != (snapshot.last_turn, snapshot.generation):
+            return None  # something was appended since (or the lock is gone): read the store
+        snapshot.fallback = lambda: h.store
+        return snapshot
+
+    def session_rows(self, journals: bool = True, cached: bool = True) -> list[dict]:
+        """Every session of the store, per user: its last turn and its pages, counted as `pager inspect`
+        counts them (the sealed ones and the open tail page when it holds anything). From the listing
+        cache when it is current (no LanceDB), else from the store; with journals, a session whose
+        turns a journal holds beyond the store's is opened read-only to count them."""
+        h = self.home
+        rows = self.listed() if cached else None
+        if rows is None:
+            rows = {(r["user"], r["session"]): self.with_tail(r) for r in h.store.sessions()}
+        if journals:
+            latest: dict[tuple[str, str], int] = {}
+            for op in h.journal.read_new({}, own=True):
+                if op.get("op") == "turn":
+                    key = (op["user"], op["session"])
+                    latest[key] = max(latest.get(key, 0), op["turn"])
+            for key, last in latest.items():
+                if key not in rows or last > rows[key]["turns"]:
+                    s = h.open(key[1], key[0], read_only=True)
+                    rows[key] = {"user": key[0], "session": key[1], "turns": s.turn_count, "pages": s.page_count}
+        return [rows[k] for k in sorted(rows)]
+
+    def with_tail(self, row: dict) -> dict:
+        """A store row with its open tail page counted: it holds whatever turns follow the last sealed
+        page, and the rest of that page's last turn when the turn goes on (read only then)."""
+        h = self.home
+        user, session, turns, sealed_to = row["user"], row["session"], row["turns"], row.get("sealed_to", 0)
+        tail = turns > sealed_to
+        if turns and turns == sealed_to:
+            pages, _ = h.store.pages(user, session, after=row["pages"] - 1, with_vectors=False)
+            turn, _, end = pages[-1].spans[-1] if pages else (0, 0, 0)
+            rest = h.store.turns(user, session, after=turn - 1)[:1] if turn else []
+            tail = bool(rest) and end < len(rest[0].text)
+        return {"user": user, "session": session, "turns": turns, "pages": row["pages"] + tail}
+
+    LISTING_FORMAT = 1
+
+    def listing_path(self) -> Path:
+        h = self.home
+        return h.path / "cache" / f"{hashlib.sha256(h.config.db_uri.encode()).hexdigest()[:32]}.sessions"
+
+    def listing_kept(self) -> bool:
+        """Whether this home keeps a listing cache: for its own store only (another --db may be written
+        by other homes, which this one never hears of)."""
+        h = self.home
+        return h.local == h.path and is_local(h.config.db_uri)
+
+    def listing(self) -> list[dict] | None:
+        """The listing cache's rows as written (each with its lock's counts), or None."""
+        try:
+            data = json.loads(self.listing_path().read_bytes())
+        except (OSError, ValueError):
+            return None
+        ok = isinstance(data, dict) and data.get("format") == self.LISTING_FORMAT
+        return data["sessions"] if ok else None
+
+    def listed(self) -> dict | None:
+        """The sessions as the listing cache holds them, or None unless it is current: nothing committed
+        to the store's turns or pages since the cache was written, and every session lock of the home
+        at the counts its row was written with (a lock that moved, or a row's lock gone, means turns
+        came since). Its blind spot: sessions another home wrote into this home's own store (given it as
+        --db) before this home last closed; homes that share a store should each be given it with --db."""
+        h = self.home
+        if not self.listing_kept():
+            return None
+        path, db = self.listing_path(), Path(h.config.db_uri.removeprefix("file://"))
+        try:
+            written = path.stat().st_mtime_ns
+            if any((db / f"{t}.lance" / "_versions").stat().st_mtime_ns > written
+                   for t in ("turns", "pages", "state_changes")):
+                return None
+            listing = self.listing()
+            if listing is None:
+                return None
+            locks = {p.name: lock_counts(p) for p in (h.local / "locks").glob("*.lock")}
+            rows = {}
+            for r in listing:
+                if locks.pop(h.locks.path(r["user"], r["session"]).name, None) != r["counts"]:
+                    return None
+                rows[(r["user"], r["session"])] = {k: r[k] for k in ("user", "session", "turns", "pages")}
+        except (OSError, KeyError, TypeError):
+            return None
+        return None if any(c is not None for c in locks.values()) else rows
+
+    def save_listing(self, sessions) -> None:
+        """Put the sessions' rows in the listing cache (after the closing flush), each with its lock's
+        counts. The cache is made from the store when there is none (or a row's lock is gone), so it
+        holds every session; a row of a session another process wrote since is stale by its lock, and
+        the listing reads the store until that process closes and writes the row again."""
+        h = self.home
+        if h.read_only or not isinstance(h.loaded_store, LanceStore) or not self.listing_kept():
+            return   # nothing written here, or to a store of this process (memory_home) that no other reads
+        listing = self.listing()
+        if listing is None or any(r["counts"] is not None and lock_counts(h.locks.path(r["user"], r["session"]))
+                                  is None for r in listing):
+            listing = []
+            for r in h.store.sessions():
+                counts = lock_counts(h.locks.path(r["user"], r["session"]))
+                if counts is None or (counts[0] == r["turns"] and not counts[2]):
+                    listing.append({**self.with_tail(r), "counts": counts})
+        rows = {(r["user"], r["session"]): r for r in listing}
+        for s in sessions:
+            counts = lock_counts(h.locks.path(s.user, s.name))
+            if s.begun and counts is not None and counts[0] == s.turn_count and not counts[2]:
+                rows[s.key()] = {"user": s.user, "session": s.name, "turns": s.turn_count, "pages": s.page_count,
+                                 "counts": counts}
+        path = self.listing_path()
+        try:
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"format": self.LISTING_FORMAT, "sessions": [rows[k] for k in sorted(rows)]},
+                                      ensure_ascii=False))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # an optimisation; `pager sessions` reads the store
+
+
+@dataclass
+class Snapshot:
+    """A session as the store held it when a process closed it: a read-only open answers from this
+    (a store of one session) and reads anything else (turns appended later) from the real store."""
+    FORMAT = (1, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
+    generation: int
+    last_turn: int
+    after: int                 # tail holds the turns after this one
+    saved_state: dict | None
+    saved_pages: list
+    saved_bookmarks: list
+    tail: list
+    saved_changes: list = field(default_factory=list)   # the working state's changes
+    saved_facts: list = field(default_factory=list)
+    saved_summaries: list = field(default_factory=list)
+    format: tuple = FORMAT
+    fallback: Callable[[], Store] | None = None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "fallback"}
+
+    def state(self, user: str, session: str) -> dict | None:
+        return self.saved_state
+
+    def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
+        if with_vectors:  # the index cache did not fit: vectors come from the store
+            return self._store().pages(user, session, after, with_vectors)
+        return [p for p in self.saved_pages if p.n > after], []
+
+    def bookmarks(self, user: str, session: str) -> list:
+        return list(self.saved_bookmarks)
+
+    def state_changes(self, user: str, session: str, after: int = 0) -> list:
+        return [c for c in self.saved_changes if c.seq > after]
+
+    def facts(self, user: str, session: str, after: int = 0) -> list:
+        return [f for f in self.saved_facts if f.n > after]
+
+    def summaries(self, user: str, session: str, after: int = 0) -> list:
+        return [x for x in self.saved_summaries if x.n > after]
+
+    def turns(self, user: str, session: str, after: int = 0) -> list:
+        if after != self.after:  # only the open tail page's turns were kept
+            return self._store().turns(user, session, after)
+        return list(self.tail)
+
+    def refresh(self) -> None:
+        self._store().refresh()
+
+    def _store(self) -> Store:
+        assert self.fallback is not None, "a snapshot is read through Caches.snapshot, which sets its fallback"
+        return self.fallback()
+
+
+@contextmanager
+def gc_paused():
+    """Unpickling a large index allocates ~10^5 containers; the cyclic collector would walk the
+    growing heap again and again while it does (it found nothing to free: nothing is garbage yet)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
