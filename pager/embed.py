@@ -2,8 +2,10 @@
 
 wordllama ships its weights inside the package and needs no torch; its default loader
 looks in the wrong folder and tries a download, so the package folder is passed and
-downloads are disabled. `hash` is a dependency-free fallback for tests and tiny machines;
-any other name is taken as a litellm embedding model (used only when configured).
+downloads are disabled. `minilm` is a real sentence encoder, all-MiniLM-L6-v2, whose weights an
+optional package ships (pager/minilm.py): stronger by meaning, about 30x the cost per text. `hash`
+is a dependency-free fallback for tests and tiny machines; any other name is taken as a litellm
+embedding model (used only when configured).
 """
 
 from __future__ import annotations
@@ -128,6 +130,31 @@ class WordLlamaEmbedder:
         return pooled
 
 
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 in process (pager/minilm.py): 384 dims, each text embedded once per process.
+
+    Its vectors are a stronger signal than wordllama's, so the search leans on them more (`weights`,
+    read by search.Index), and its cosines run lower between unrelated words (`expand_threshold`, for
+    the query's words widened to the session's own). Both derived on the LoCoMo development split,
+    its halves agreeing (BENCHMARKS.md, "A sentence encoder offline")."""
+
+    name = "minilm"
+    dim = 384
+    weights: dict[str, float] = {}          # search.Index.WEIGHTS overridden for these vectors
+    deep_weights: dict[str, float] = {}     # and search.Index.DEEP_WEIGHTS
+    expand_threshold = 0.55                 # search.Vocabulary.expand's threshold
+
+    def __init__(self) -> None:
+        from .minilm import MiniLM
+
+        self._model = MiniLM()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._model.embed(texts)
+
+
 class HashEmbedder:
     """Signed feature hashing of words and word pairs; deterministic, no model."""
 
@@ -191,7 +218,8 @@ def trace_embedder(name: str, dim: int | None) -> str:
     return name
 
 
-OTHERWISE = ("use wordllama (offline, the default), hash, or a litellm embedding model such as "
+OTHERWISE = ("use wordllama (offline, the default), minilm (offline, its optional package), hash, or a litellm "
+             "embedding model such as "
              "text-embedding-3-small with its key set")
 _CACHE: dict[str, Embedder] = {}
 
@@ -210,6 +238,11 @@ def make_embedder(name: str) -> Embedder:
                 _CACHE[name].name = name
             except ImportError as exc:
                 raise ConfigError(f"wordllama is not installed ({exc}); reinstall pager or set PAGER_EMBEDDER=hash") from None
+        elif name == "minilm":
+            try:
+                _CACHE[name] = MiniLMEmbedder()
+            except ImportError as exc:
+                raise ConfigError(f"PAGER_EMBEDDER=minilm: {exc}; or use PAGER_EMBEDDER=wordllama (the default)") from None
         elif name == "hash":
             _CACHE[name] = HashEmbedder()
         else:
