@@ -133,16 +133,18 @@ class WordLlamaEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 in process (pager/minilm.py): 384 dims, each text embedded once per process.
 
-    Its vectors are a stronger signal than wordllama's, so the search leans on them more (`weights`,
-    read by search.Index), and its cosines run lower between unrelated words (`expand_threshold`, for
-    the query's words widened to the session's own). Both derived on the LoCoMo development split,
-    its halves agreeing (BENCHMARKS.md, "A sentence encoder offline")."""
+    Its vectors are a stronger signal than wordllama's, so the page search (`weights`, read by
+    search.Index) and the fact search (`fact_vector_weight`) lean on them more; in a deep search
+    (many pages wanted) a little less than wordllama's, whose feedback terms they would crowd out.
+    Each weight was chosen on the LoCoMo development split where both of its halves (conv-26, 30, 41
+    and conv-42, 43, 44) gained, or kept where they did not (BENCHMARKS.md, "A sentence encoder offline")."""
 
     name = "minilm"
     dim = 384
-    weights: dict[str, float] = {}          # search.Index.WEIGHTS overridden for these vectors
-    deep_weights: dict[str, float] = {}     # and search.Index.DEEP_WEIGHTS
-    expand_threshold = 0.55                 # search.Vocabulary.expand's threshold
+    weights = {"vector": 0.75}              # over search.Index.WEIGHTS (0.5): recall at 1,024 +0.007 on both halves
+    deep_weights = {"vector": 0.75}         # over search.Index.DEEP_WEIGHTS (1.0): at 8,192 +0.001 on both halves
+    expand_threshold = 0.55                 # search.Vocabulary.expand's (0.45 to 0.75 were no better; off: -0.012)
+    fact_vector_weight = 1.0                # in a fact's own match (facts.Facts.search, 0.5): coverage +0.002 to +0.003
 
     def __init__(self) -> None:
         from .minilm import MiniLM
@@ -153,6 +155,11 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._model.embed(texts)
+
+    def fresh(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' vectors computed anew, the cache neither read nor written: what another program
+        embedding them would pay (`pager bench scale`'s reference)."""
+        return self._model.fresh(list(texts))
 
 
 class HashEmbedder:

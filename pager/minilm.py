@@ -193,6 +193,13 @@ class MiniLM:
                     self.cache.popitem(last=False)
         return out
 
+    def fresh(self, texts: list[str]) -> np.ndarray:
+        """The texts' vectors run through the model, the cache neither read nor written."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._one_thread:
+            return self._encode(texts)
+
     def _encode(self, texts: list[str]) -> np.ndarray:
         """The forward pass, in groups of texts of near length (sorted), each padded to its longest."""
         encoded = self.tokenizer.encode_batch(texts) if len(texts) > 4 else [self.tokenizer.encode(t) for t in texts]
