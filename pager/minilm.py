@@ -5,21 +5,22 @@ sentence-transformers model in its wheel (`all_minilm_l6_v2/model.zip`: `model.s
 `tokenizer.json`, the pooling settings). The model is a 6-layer BERT of 384 dimensions; its
 sentence vector is the mean of its last layer over the text's word pieces, normalised.
 
-Why numpy: safetensors and tokenizers come with wordllama already, so this runtime adds no package
-but the weights; onnxruntime would add ~60 MB and needs an ONNX graph the wheel does not ship, and
-torch is gigabytes (BENCHMARKS.md, "A sentence encoder offline"). The package itself declares
+Why numpy: safetensors and tokenizers come with wordllama already, so this runtime adds only the
+weights and threadpoolctl (0.1 MB); onnxruntime adds 78 MB and needs an ONNX graph this wheel does
+not ship (another package's int8 one ran 1.4x faster), and torch is gigabytes (BENCHMARKS.md,
+"A sentence encoder offline"). The package itself declares
 sentence-transformers (and so torch) as its dependencies without needing them to hold a zip file,
 so it is installed with `--no-deps` (README, "Choosing an embedder").
 
-Its cost is the forward pass, so texts are grouped by length (little padding), a group's tokens are
+Its cost is running the model, so texts are grouped by length (little padding), a group's tokens are
 capped so the arrays stay in cache, and every text is embedded once per process (`MiniLM.cache`).
 """
 
 from __future__ import annotations
 
 import json
-import zipfile
 import threading
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +202,7 @@ class MiniLM:
             return self._encode(texts)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        """The forward pass, in groups of texts of near length (sorted), each padded to its longest."""
+        """The model run over the texts, in groups of texts of near length (sorted), each padded to its longest."""
         encoded = self.tokenizer.encode_batch(texts) if len(texts) > 4 else [self.tokenizer.encode(t) for t in texts]
         ids = [e.ids for e in encoded]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))

@@ -1,4 +1,4 @@
-"""The minilm embedder: all-MiniLM-L6-v2's forward pass in numpy gives the model's own vectors, grouping
+"""The minilm embedder: all-MiniLM-L6-v2 run in numpy gives the model's own vectors, grouping
 and caching change none of them, and without its package the setting says how to install it. The tests
 that load the real weights run where the package is installed (CI installs it) and skip elsewhere."""
 
@@ -89,3 +89,21 @@ def test_a_session_with_minilm_finds_a_turn_by_its_meaning(tmp_path):
     assert session.index.dim == 384
     hits = session.search("Which animal does Maya have?", k=2, tail=False)
     assert "golden retriever" in session.pages[hits[0].n].text
+
+
+def test_an_embedders_own_fusion_weights_take_over_the_searchs():
+    from pager.embed import HashEmbedder, MiniLMEmbedder
+    from pager.search import Index
+
+    index = Index(8)
+    plain = HashEmbedder(8)
+    assert index.weights(plain, deep=False) == Index.WEIGHTS
+    assert index.weights(plain, deep=True) == Index.WEIGHTS | Index.DEEP_WEIGHTS
+
+    class Weighted(HashEmbedder):
+        weights = MiniLMEmbedder.weights
+        deep_weights = MiniLMEmbedder.deep_weights
+
+    shallow, deep = index.weights(Weighted(8), deep=False), index.weights(Weighted(8), deep=True)
+    assert shallow["vector"] == MiniLMEmbedder.weights["vector"] and shallow["bm25"] == Index.WEIGHTS["bm25"]
+    assert deep["vector"] == MiniLMEmbedder.deep_weights["vector"]
