@@ -105,7 +105,7 @@ class Config:
     flush_turns: int = 1024      # journal records buffered before a batched store write
     compact_every: int = 16      # batched store writes between compactions
     keep_versions_s: float = 60.0  # age of old LanceDB versions that compaction removes
-    embedder: str = "wordllama"  # wordllama, hash, or a litellm embedding model
+    embedder: str = "wordllama"  # wordllama, minilm (a sentence encoder, its optional package), hash, or a litellm embedding model
     bookmark_model: str = ""     # litellm model that writes bookmarks of sealed pages; empty: offline extraction only
     bookmark_batch: int = 8      # sealed pages per bookmark-writer call (and per memory-model call)
     memory_model: str = ""       # litellm model that writes bookmarks, facts and state of sealed pages, one call a batch

@@ -516,7 +516,8 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
         return []
     vector = message_vector(session, message)
     span = date_range(message, session.clock()) if session.home.config.fact_dates else None
-    own = session.facts.search(message, vector, k=MOST_FACTS, span=span)
+    own = session.facts.search(message, vector, k=MOST_FACTS, span=span,
+                               vector_weight=getattr(session.home.embedder, "fact_vector_weight", 0.5))
     best = own[0][1] if own and own[0][1] > 0 else 1.0
     matched = {f.n: score / best for f, score in own}
     candidates = {f.n: f for f, _ in own}

@@ -2,8 +2,10 @@
 
 wordllama ships its weights inside the package and needs no torch; its default loader
 looks in the wrong folder and tries a download, so the package folder is passed and
-downloads are disabled. `hash` is a dependency-free fallback for tests and tiny machines;
-any other name is taken as a litellm embedding model (used only when configured).
+downloads are disabled. `minilm` is a real sentence encoder, all-MiniLM-L6-v2, whose weights an
+optional package ships (pager/minilm.py): stronger by meaning, about 30x the cost per text. `hash`
+is a dependency-free fallback for tests and tiny machines; any other name is taken as a litellm
+embedding model (used only when configured).
 """
 
 from __future__ import annotations
@@ -128,6 +130,38 @@ class WordLlamaEmbedder:
         return pooled
 
 
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 in process (pager/minilm.py): 384 dims, each text embedded once per process.
+
+    Its vectors are a stronger signal than wordllama's, so the page search (`weights`, read by
+    search.Index) and the fact search (`fact_vector_weight`) lean on them more; in a deep search
+    (many pages wanted) a little less than wordllama's, whose feedback terms they would crowd out.
+    Each weight was chosen on the LoCoMo development split where both of its halves (conv-26, 30, 41
+    and conv-42, 43, 44) gained, or kept where they did not (BENCHMARKS.md, "A sentence encoder offline")."""
+
+    name = "minilm"
+    dim = 384
+    weights = {"vector": 0.75}              # over search.Index.WEIGHTS (0.5): recall at 1,024 +0.007 on both halves
+    deep_weights = {"vector": 0.75}         # over search.Index.DEEP_WEIGHTS (1.0): at 8,192 +0.001 on both halves
+    expand_threshold = 0.55                 # search.Vocabulary.expand's (0.45 to 0.75 were no better; off: -0.012)
+    fact_vector_weight = 1.0                # in a fact's own match (facts.Facts.search, 0.5): coverage +0.002 to +0.003
+
+    def __init__(self) -> None:
+        from .minilm import MiniLM
+
+        self._model = MiniLM()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._model.embed(texts)
+
+    def fresh(self, texts: Sequence[str]) -> np.ndarray:
+        """The texts' vectors computed anew, the cache neither read nor written: what another program
+        embedding them would pay (`pager bench scale`'s reference)."""
+        return self._model.fresh(list(texts))
+
+
 class HashEmbedder:
     """Signed feature hashing of words and word pairs; deterministic, no model."""
 
@@ -191,7 +225,8 @@ def trace_embedder(name: str, dim: int | None) -> str:
     return name
 
 
-OTHERWISE = ("use wordllama (offline, the default), hash, or a litellm embedding model such as "
+OTHERWISE = ("use wordllama (offline, the default), minilm (offline, its optional package), hash, or a litellm "
+             "embedding model such as "
              "text-embedding-3-small with its key set")
 _CACHE: dict[str, Embedder] = {}
 
@@ -210,6 +245,11 @@ def make_embedder(name: str) -> Embedder:
                 _CACHE[name].name = name
             except ImportError as exc:
                 raise ConfigError(f"wordllama is not installed ({exc}); reinstall pager or set PAGER_EMBEDDER=hash") from None
+        elif name == "minilm":
+            try:
+                _CACHE[name] = MiniLMEmbedder()
+            except ImportError as exc:
+                raise ConfigError(f"PAGER_EMBEDDER=minilm: {exc}; or use PAGER_EMBEDDER=wordllama (the default)") from None
         elif name == "hash":
             _CACHE[name] = HashEmbedder()
         else:

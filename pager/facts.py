@@ -123,7 +123,7 @@ class Facts:
         return list(self._subjects.get(subject_key(subject), []))
 
     def search(self, query: str, query_vector: np.ndarray | None = None, k: int = 50,
-               span: tuple[float, float] | None = None) -> list[tuple[Fact, float]]:
+               span: tuple[float, float] | None = None, vector_weight: float = 0.5) -> list[tuple[Fact, float]]:
         """Facts for the query, best first: BM25 over the statements, plus vector similarity, plus, for
         the facts dated inside `span` (the dates the query names, search.date_range), the page search's
         date signal at its weight; superseded facts are kept but rank below the current ones unless the
@@ -142,7 +142,7 @@ class Facts:
         if scores.max() > 0:
             scores /= scores.max()
         if query_vector is not None and self._vectors[0].size:
-            scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
+            scores += vector_weight * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
         if span is not None:
             scores += Index.WEIGHTS["date"] * ((arrays["ts"] >= span[0]) & (arrays["ts"] < span[1]))
         if not BEFORE.search(query):

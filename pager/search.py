@@ -555,7 +555,7 @@ class Index:
         query_terms = terms(query)
         weighted, signals["bm25"], named, signals["vector"] = self._matched(query, embedder)
         deep = (k if depth is None else depth) >= self.DEEP
-        weights = self.WEIGHTS | (self.DEEP_WEIGHTS if deep else {}) | (weights or {})
+        weights = self.weights(embedder, deep) | (weights or {})
         arrays = self._arrays()
         if named:
             # a float per speaker id, read at every piece: np.isin's sort, without the sort
@@ -587,6 +587,13 @@ class Index:
             lifts = sorted(((earlier, later) for later, earlier in lifts), reverse=True)
         return self._pages(fused, signals, directory.matches(query), k, exclude, boosts or {}, weights, lifts)
 
+    def weights(self, embedder, deep: bool) -> dict[str, float]:
+        """The fusion weights for this embedder's vectors: WEIGHTS (DEEP_WEIGHTS over them in a deep search),
+        with what the embedder says of its own (`weights`, `deep_weights`: a sentence encoder's vectors
+        are a stronger signal than averaged word vectors)."""
+        own = self.WEIGHTS | getattr(embedder, "weights", {})
+        return own | self.DEEP_WEIGHTS | getattr(embedder, "deep_weights", {}) if deep else own
+
     def _matched(self, query: str, embedder) -> tuple[dict[str, float], np.ndarray, set[str], np.ndarray]:
         """(the weighted query terms, their BM25 scores, the speakers named, the vector scores): the costly
         part of a search, kept for the last query until a page is added. An agent's search tool often
@@ -597,7 +604,7 @@ class Index:
             return memo[1]
         weighted = {t: 1.0 for t in terms(query)}
         words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
-        for extra in self.vocabulary.expand(words, embedder):
+        for extra in self.vocabulary.expand(words, embedder, threshold=getattr(embedder, "expand_threshold", 0.55)):
             weighted.setdefault(stem(extra), 0.5)
         named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer

@@ -819,7 +819,7 @@ def too_new(meta: dict[str, str]) -> int:
 def embedders_of(dim: int) -> str:
     """The PAGER_EMBEDDER settings that make vectors of this size: what a store of that size was made with."""
     named = {128: "PAGER_EMBEDDER=wordllama, the default", 256: "PAGER_EMBEDDER=hash or wordllama:256",
-             64: "PAGER_EMBEDDER=wordllama:64"}
+             64: "PAGER_EMBEDDER=wordllama:64", 384: "PAGER_EMBEDDER=minilm"}
     return named.get(dim, f"a litellm embedding model of {dim} dimensions")
 
 
