@@ -931,6 +931,7 @@ def serve(
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
     max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
+    max_append: int = typer.Option(200_000, "--max-append-chars", help="most characters of new turns in one request (413 above: a turn's pages are made while other sessions wait)"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
     idle: float = typer.Option(600.0, "--idle", help="seconds after which an unused session is closed (written to the store; it reopens on its next request)"),
     max_open: int = typer.Option(256, "--max-open", help="most sessions open at once; beyond, the least recently used is closed"),
@@ -940,16 +941,18 @@ def serve(
 
     if not idle > 0 or max_open < 1:   # "not above", so that nan is refused too
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
-    if max_body < 1 or max_messages < 1 or not timeout > 0:
-        raise PagerError("--max-body and --max-messages must be at least 1 and --timeout above 0 seconds "
-                         "(the defaults: --max-body 4194304 --max-messages 2048 --timeout 120)")
+    if max_body < 1 or max_messages < 1 or max_append < 1 or not timeout > 0:
+        raise PagerError("--max-body, --max-messages and --max-append-chars must be at least 1 and --timeout above "
+                         "0 seconds (the defaults: --max-body 4194304 --max-messages 2048 --max-append-chars 200000 "
+                         "--timeout 120)")
     config = load_config(ctx, model=model, budget=budget)
 
     def listening(bound: int) -> None:
         where = f"home {config.home}" + (f", store {config.db}" if config.db else "")   # a store of its own: named
         typer.echo(f"pager serve on http://{host}:{bound} ({where}); Ctrl-C stops", err=True)
 
-    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout,
+                                     append_chars=max_append),
         max_open=max_open, idle_s=idle, on_listening=listening)
 
 
