@@ -287,20 +287,29 @@ def ingest(
         # keyed by line, so running the same file again adds nothing twice; an undated line then takes the
         # day of the dated line before it (keys come from the file's own fields: older imports keep theirs)
         accepted = home.accept({sessions[name]: carry_dates(keyed(messages)) for name, messages in groups.items()})
+        added = 0
         for name, s in sessions.items():
-            added = accepted.new[s]
-            known = len(groups[name]) - added
+            added += accepted.new[s]
+            known = len(groups[name]) - accepted.new[s]
             pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too, as chat and check count
-            typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
-                       f" → {s.turn_count} turns on {_many(pages, 'page')}"
+            typer.echo(f"{name}: {_many(accepted.new[s], 'new turn')}" + (f", {known} already held" if known else "") +
+                       f" → {_many(s.turn_count, 'turn')} on {_many(pages, 'page')}"
                        + (f" (p{s.tail_n} open)" if s.packer.pieces else ""))
             if config.writer_model:
                 _write_bookmarks(s)
-    total = sum(len(m) for m in groups.values())
-    elapsed = time.perf_counter() - started
+    typer.echo(_ingested(sum(len(m) for m in groups.values()), added, len(groups), time.perf_counter() - started))
+
+
+def _ingested(total: int, added: int, sessions: int, elapsed: float) -> str:
+    """The last line of `pager ingest`: what the file added, all of it, part of it or nothing."""
+    into = _many(sessions, "session")
+    if not added:
+        return (f"nothing new: the {_many(total, 'line')} were already held in {into}, so nothing was added "
+                f"({elapsed:.2f}s)") if total != 1 else f"nothing new: the line was already held ({elapsed:.2f}s)"
     # a rate over under a second or a handful of lines says more about start-up than about ingest
-    rate = f" ({total / elapsed:,.0f} lines/s)" if elapsed >= 1 and total >= 10 else ""
-    typer.echo(f"ingested {total} lines into {len(groups)} session(s) in {elapsed:.2f}s{rate}")
+    rate = f" ({added / elapsed:,.0f} lines/s)" if elapsed >= 1 and added >= 10 else ""
+    lines = _many(total, "line") if added == total else f"{added} new {'line' if added == 1 else 'lines'} of {total} ({total - added} already held)"
+    return f"ingested {lines} into {into} in {elapsed:.2f}s{rate}"
 
 
 def _write_bookmarks(s) -> None:

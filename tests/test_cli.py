@@ -311,7 +311,7 @@ def test_a_budget_from_the_environment_is_named_and_one_line_gets_no_rate(tmp_pa
     data.write_text(json.dumps({"speaker": "ann", "text": "hello there"}) + "\n")
     home = str(tmp_path / "h")
     result = runner.invoke(app, ["--home", home, "ingest", str(data)], env={"PAGER_EMBEDDER": "hash"})
-    assert result.exit_code == 0 and "ingested 1 lines" in result.output, result.output
+    assert result.exit_code == 0 and "ingested 1 line into 1 session" in result.output, result.output
     assert "lines/s" not in result.output   # one line's rate would be start-up time, not ingest speed
     result = runner.invoke(app, ["--home", home, "search", "hello"], env={"PAGER_EMBEDDER": "hash", "PAGER_BUDGET": "-5"})
     assert result.exit_code != 0 and "PAGER_BUDGET" in result.output and "Traceback" not in result.output, result.output
