@@ -1167,6 +1167,9 @@ class Session:
         hits = self.index.search(query, self.home.embedder, self.directory, k, set(exclude) | {self.tail_n},
                                  self.clock(), boosts, weights or None, depth, rerank)
         if tail and (hit := self._tail_hit(query)):
+            if cfg.supersede_tail:   # an update on the open page ranks above what it updates, as a sealed one does
+                hit = self.index.over_tail(query, hits, hit, [p.line for p in self.packer.pieces],
+                                           {p.turn.speaker.lower() for p in self.packer.pieces})
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)
             self.events.emit_with("search", lambda: {"query": query, "results": [
