@@ -229,6 +229,7 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   # traces recorded before updates ranked first, or weak hits were left out: as they ran
                   supersede=extra.get("supersede", False), weak_similarity=extra.get("weak_similarity", 0.0),
                   supersede_tail=extra.get("supersede_tail", False),   # nor did an update on the open page
+                  words_first=extra.get("words_first", False),   # and numbers were keywords among the words
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   fact_dates=extra.get("fact_dates", False),   # nor did facts have the date signal before it was recorded

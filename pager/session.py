@@ -430,8 +430,9 @@ class Session:
 
     def _seal(self, page: Page) -> None:
         own = _own_text(page)
-        keywords = tuple(bm.extract(own))
-        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, keywords)})   # replace(), unchecked
+        keywords = tuple(bm.extract(own, words_first=self.home.config.words_first))
+        named = tuple(k for k in keywords if not bm.is_filler(k)) if self.home.config.words_first else keywords
+        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, named)})   # replace(), unchecked
         self.pages[page.n] = page
         self._unembedded.append(page)
         self.directory.add(keywords, [page.n])
@@ -653,7 +654,7 @@ class Session:
         self.emit("evict", page=entry.id, frame=frame, reason=reason, policy=self.policy.name)
         if not self.directory.keywords(entry.n) and entry.n in self.pages:
             own = _own_text(self.pages[entry.n])
-            words = bm.extract(own) or own.split(": ", 1)[-1].split()[:3]
+            words = bm.extract(own, words_first=self.home.config.words_first) or own.split(": ", 1)[-1].split()[:3]
             if words:
                 self._bookmark(tuple(words), (entry.n,), "", "auto")
 

@@ -183,7 +183,8 @@ def test_a_session_resumed_at_a_smaller_budget_replays_exactly(tmp_path):
     from test_updates import VALUES, conversation
 
     home = tmp_path / "h"
-    chat(home, conversation(), "--budget", "8192", session="u")
+    small_talk = ["ok, so it is on.", "yes, we do it.", "so be it, ok.", "it is a go.", "we can do it.", "ok, on it."]
+    chat(home, small_talk * 4 + conversation(), "--budget", "8192", session="u")   # pages with no word to bookmark
     for old in (home / "traces").glob("u-*.jsonl"):
         old.unlink()
     chat(home, [v[2] for v in VALUES], "--budget", "1024", session="u")
