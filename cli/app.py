@@ -236,12 +236,11 @@ def sessions(
             typer.echo(f"no sessions in {where(home)}; `pager ingest FILE` or `pager chat` starts one")
             return
         from rich.console import Console
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(f"sessions in {where(home)}"), title_justify="left")
-        for name in ("user", "session", "turns", "pages"):
-            table.add_column(name, justify="right" if name in ("turns", "pages") else "left")
+        from pager.views import table as fitted
+
+        table = fitted(f"sessions in {where(home)}", ("user", "session", "turns", "pages"), right=("turns", "pages"))
         for r in rows:
             table.add_row(Text(r["user"] or "(none)"), Text(r["session"]), str(r["turns"]), str(r["pages"]))
         Console().print(table)
@@ -456,14 +455,13 @@ def search(
                                   ensure_ascii=False))
             return
         from rich.console import Console
-        from rich.table import Table
         from rich.text import Text
 
+        from pager.views import table as fitted
+
         pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too: it is listed like the others
-        table = Table(title=Text(f"{query!r} in session {s.name!r} ({_many(pages, 'page')})"),
-                      title_justify="left")
-        for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
-            table.add_column(name, overflow="fold")
+        table = fitted(f"{query!r} in session {s.name!r} ({_many(pages, 'page')})",
+                       ("page", "score", "signals", "date", "bookmarks", "best piece"))
         for r in rows:
             signals = ("weak " if r["weak"] else "") + " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
@@ -481,9 +479,7 @@ def search(
         if rows:
             console.print(table)
         if tiers:
-            other = Table(title=Text("in the memory tiers"), title_justify="left")
-            for name in ("kind", "id", "score", "pages", "when", "text"):
-                other.add_column(name, overflow="fold")
+            other = fitted("in the memory tiers", ("kind", "id", "score", "pages", "when", "text"))
             for r in tiers:
                 when = r.get("date", "")
                 if r["kind"] == "fact" and r["superseded"]:

@@ -669,19 +669,17 @@ def policy_runs(path: Path, names: Iterable[str]) -> list[Run]:
 def policy_table(runs: list[Run], path: Path):
     """Faults, evictions, hit rate and changed contexts per policy, each against OPT. The recorded
     policy (the one in force while the run called the model; several if it switched) is starred."""
-    from rich.table import Table
-    from rich.text import Text
+    from .views import table as fitted
 
     used, starred = recorded_policies(path)
     title = f"{Path(path).name}: replay under each policy (* recorded)"
     if len(used) > 1:
         title = (f"{Path(path).name}: replay under each policy (* in force when recorded: the run switched "
                  f"{' → '.join(used)}" + (", so no single policy reproduces it)" if len(starred) > 1 else ")"))
-    table = Table(title=Text(title), title_justify="left",
-                  caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
-                          "policy would not fault at all", caption_justify="left")
-    for name in ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
+    headers = ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT")
+    table = fitted(title, headers, right=headers[1:],
+                   caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
+                           "policy would not fault at all", caption_justify="left")
     best = min(r.faults for r in runs)
     for run in runs:
         opt = run.opt()
