@@ -328,21 +328,23 @@ def rekey_window(s, history: list[Message]) -> None:
             return
 
 
-def too_much_text(texts: list[str], limit: int | None) -> None:
+def too_much_text(texts: list[str], limit: int | None, indexed: bool = True) -> None:
     """Refuse (413) new turns holding more than `limit` characters in all: their pages are made under the
-    engine lock, which cannot be let go halfway through a turn, so every other session would wait."""
+    engine lock, which cannot be let go halfway through a turn, so every other session would wait.
+    indexed: texts[i] is the body's messages[i], and a message over the limit alone is named."""
     total = sum(map(len, texts))
     if limit is None or total <= limit:
         return
-    fix = "or raise `pager serve --max-append-chars` (each request's pages are made while other sessions wait)"
+    why = f"over the limit of {limit:,} characters of new turns in one request (their pages are made while the " \
+          "server's other sessions wait)"
+    fix = f"requests of at most {limit:,} characters each, or raise `pager serve --max-append-chars`"
     longest = max(range(len(texts)), key=lambda i: len(texts[i]))
     if len(texts[longest]) > limit:
-        raise RequestError(f"messages[{longest}] holds {len(texts[longest]):,} characters, over the limit of "
-                           f"{limit:,} characters of new turns in one request; split the text into several "
-                           f"messages of at most {limit:,} characters in all per request, {fix}", 413,
-                           code="too_much_text", param=f"messages[{longest}]")
-    raise RequestError(f"the new turns hold {total:,} characters, over the limit of {limit:,} characters in one "
-                       f"request; send them in several requests of at most {limit:,} characters, {fix}", 413,
+        where = f"messages[{longest}]" if indexed else "a message"
+        raise RequestError(f"{where} holds {len(texts[longest]):,} characters, {why}; split it into several "
+                           f"messages sent in {fix}", 413, code="too_much_text",
+                           param=f"messages[{longest}]" if indexed else "messages")
+    raise RequestError(f"the new turns hold {total:,} characters, {why}; send them in several {fix}", 413,
                        code="too_much_text", param="messages")
 
 
@@ -368,7 +370,7 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
     # what the session holds already is not appended again, so it does not count
     too_much_text([m.text for m in req.earlier if s.held(m.key) is None]
-                  + ([req.question.text] if s.held(key) is None else []), append_chars)
+                  + ([req.question.text] if s.held(key) is None else []), append_chars, indexed=False)
     model = make_model(req, body, engine.config.output_tokens, timeout, engine.config.api_base)
     unlocked = Unlocked(model, engine.lock)
     agent = Agent(s, unlocked, speaker=req.question.speaker)
