@@ -131,7 +131,7 @@ def _plain_extract(text: str, limit: int = 6, words_first: bool = True) -> list[
     for word, count in Counter(w.lower() for w in bm._WORD.findall(body)).items():
         if word not in bm.STOPWORDS:
             add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
-    if words_first and len(scored) - len(numbers) < limit:
+    if words_first and numbers and len(scored) - len(numbers) < limit:
         for word, count in Counter(w.lower() for w in bm._SHORT_WORD.findall(body)).items():
             add(word, 0.4 + 0.1 * min(count, 3) + 0.05 * len(word))
     chosen: list[str] = []
