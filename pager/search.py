@@ -688,6 +688,8 @@ class Index:
         if not least:
             return tail
         rivals = [h for h in hits if h.n != tail.n]
+        if not rivals:
+            return tail
         for i in range(len(lines) - 1, -1, -1):   # the latest update first
             line = lines[i]
             said = wanted.intersection(update_terms(line)) if piece_kind(line) == PLAIN else set()
