@@ -216,12 +216,11 @@ def sessions(
             typer.echo(f"no sessions in {where(home)}; `pager ingest FILE` or `pager chat` starts one")
             return
         from rich.console import Console
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(f"sessions in {where(home)}"), title_justify="left")
-        for name in ("user", "session", "turns", "pages"):
-            table.add_column(name, justify="right" if name in ("turns", "pages") else "left")
+        from pager.views import table as fitted
+
+        table = fitted(f"sessions in {where(home)}", ("user", "session", "turns", "pages"), right=("turns", "pages"))
         for r in rows:
             table.add_row(Text(r["user"] or "(none)"), Text(r["session"]), str(r["turns"]), str(r["pages"]))
         Console().print(table)
@@ -267,20 +266,29 @@ def ingest(
         # keyed by line, so running the same file again adds nothing twice; an undated line then takes the
         # day of the dated line before it (keys come from the file's own fields: older imports keep theirs)
         accepted = home.accept({sessions[name]: carry_dates(keyed(messages)) for name, messages in groups.items()})
+        added = 0
         for name, s in sessions.items():
-            added = accepted.new[s]
-            known = len(groups[name]) - added
+            added += accepted.new[s]
+            known = len(groups[name]) - accepted.new[s]
             pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too, as chat and check count
-            typer.echo(f"{name}: {added} new turns" + (f", {known} already held" if known else "") +
-                       f" → {s.turn_count} turns on {_many(pages, 'page')}"
+            typer.echo(f"{name}: {_many(accepted.new[s], 'new turn')}" + (f", {known} already held" if known else "") +
+                       f" → {_many(s.turn_count, 'turn')} on {_many(pages, 'page')}"
                        + (f" (p{s.tail_n} open)" if s.packer.pieces else ""))
             if config.writer_model:
                 _write_bookmarks(s)
-    total = sum(len(m) for m in groups.values())
-    elapsed = time.perf_counter() - started
+    typer.echo(_ingested(sum(len(m) for m in groups.values()), added, len(groups), time.perf_counter() - started))
+
+
+def _ingested(total: int, added: int, sessions: int, elapsed: float) -> str:
+    """The last line of `pager ingest`: what the file added, all of it, part of it or nothing."""
+    into = _many(sessions, "session")
+    if not added:
+        return (f"nothing new: the {_many(total, 'line')} were already held in {into}, so nothing was added "
+                f"({elapsed:.2f}s)") if total != 1 else f"nothing new: the line was already held ({elapsed:.2f}s)"
     # a rate over under a second or a handful of lines says more about start-up than about ingest
-    rate = f" ({total / elapsed:,.0f} lines/s)" if elapsed >= 1 and total >= 10 else ""
-    typer.echo(f"ingested {total} lines into {len(groups)} session(s) in {elapsed:.2f}s{rate}")
+    rate = f" ({added / elapsed:,.0f} lines/s)" if elapsed >= 1 and added >= 10 else ""
+    lines = _many(total, "line") if added == total else f"{added} new {'line' if added == 1 else 'lines'} of {total} ({total - added} already held)"
+    return f"ingested {lines} into {into} in {elapsed:.2f}s{rate}"
 
 
 def _write_bookmarks(s) -> None:
@@ -427,14 +435,13 @@ def search(
                                   ensure_ascii=False))
             return
         from rich.console import Console
-        from rich.table import Table
         from rich.text import Text
 
+        from pager.views import table as fitted
+
         pages = len(s.pages) + (1 if s.packer.pieces else 0)   # the open page too: it is listed like the others
-        table = Table(title=Text(f"{query!r} in session {s.name!r} ({_many(pages, 'page')})"),
-                      title_justify="left")
-        for name in ("page", "score", "signals", "date", "bookmarks", "best piece"):
-            table.add_column(name, overflow="fold")
+        table = fitted(f"{query!r} in session {s.name!r} ({_many(pages, 'page')})",
+                       ("page", "score", "signals", "date", "bookmarks", "best piece"))
         for r in rows:
             signals = ("weak " if r["weak"] else "") + " ".join(f"{k}={v:.2f}" for k, v in r["signals"].items())
             table.add_row(r["page"] + (" *" if r["resident"] else ""), f"{r['score']:.3f}", signals, r["date"],
@@ -452,9 +459,7 @@ def search(
         if rows:
             console.print(table)
         if tiers:
-            other = Table(title=Text("in the memory tiers"), title_justify="left")
-            for name in ("kind", "id", "score", "pages", "when", "text"):
-                other.add_column(name, overflow="fold")
+            other = fitted("in the memory tiers", ("kind", "id", "score", "pages", "when", "text"))
             for r in tiers:
                 when = r.get("date", "")
                 if r["kind"] == "fact" and r["superseded"]:
@@ -911,6 +916,7 @@ def serve(
     budget: Optional[int] = typer.Option(None, "--budget", help="tokens of the whole prompt (default 8192)"),
     max_body: int = typer.Option(4 * 1024 * 1024, "--max-body", help="largest request body in bytes (413 above)"),
     max_messages: int = typer.Option(2048, "--max-messages", help="most messages in one request"),
+    max_append: int = typer.Option(200_000, "--max-append-chars", help="most characters of new turns in one request (413 above: a turn's pages are made while other sessions wait)"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds to wait for a turn before answering 504 (the turn is still recorded)"),
     idle: float = typer.Option(600.0, "--idle", help="seconds after which an unused session is closed (written to the store; it reopens on its next request)"),
     max_open: int = typer.Option(256, "--max-open", help="most sessions open at once; beyond, the least recently used is closed"),
@@ -920,16 +926,18 @@ def serve(
 
     if not idle > 0 or max_open < 1:   # "not above", so that nan is refused too
         raise PagerError("--idle must be above 0 seconds and --max-open at least 1")
-    if max_body < 1 or max_messages < 1 or not timeout > 0:
-        raise PagerError("--max-body and --max-messages must be at least 1 and --timeout above 0 seconds "
-                         "(the defaults: --max-body 4194304 --max-messages 2048 --timeout 120)")
+    if max_body < 1 or max_messages < 1 or max_append < 1 or not timeout > 0:
+        raise PagerError("--max-body, --max-messages and --max-append-chars must be at least 1 and --timeout above "
+                         "0 seconds (the defaults: --max-body 4194304 --max-messages 2048 --max-append-chars 200000 "
+                         "--timeout 120)")
     config = load_config(ctx, model=model, budget=budget)
 
     def listening(bound: int) -> None:
         where = f"home {config.home}" + (f", store {config.db}" if config.db else "")   # a store of its own: named
         typer.echo(f"pager serve on http://{host}:{bound} ({where}); Ctrl-C stops", err=True)
 
-    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout),
+    run(config, host, port, Limits(body_bytes=max_body, messages=max_messages, model_timeout=timeout,
+                                     append_chars=max_append),
         max_open=max_open, idle_s=idle, on_listening=listening)
 
 

@@ -11,7 +11,6 @@ from typing import Callable, Iterator, TextIO
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from pager import views
@@ -281,9 +280,7 @@ def _command(line: str, session: Session, printer: StepPrinter, console: Console
             if not arg:
                 console.print("usage: /search QUERY")
                 return None
-            table = Table(title=Text(f"search {arg!r}"), title_justify="left")
-            for col in ("page", "score", "signals", "best piece"):
-                table.add_column(col, overflow="fold")
+            table = views.table(f"search {arg!r}", ("page", "score", "signals", "best piece"))
             hits = session.search(arg, k=8)
             weak = session.weak(arg, hits)
             for hit, faint in zip(hits, weak):

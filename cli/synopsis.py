@@ -20,7 +20,7 @@ METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_
             "k": "N", "json_path": "OUT", "out": "OUT", "html": "OUT.html", "plot": "OUT.png", "keep": "DIR",
             "data": "FILE", "conversation": "ID", "format": "F", "host": "H", "port": "P", "tenant": "T",
             "key_id": "ID", "clients": "N", "shared": "N", "turns": "N", "alone_turns": "N", "earlier": "N",
-            "max_body": "BYTES", "max_messages": "N", "timeout": "SECONDS", "idle": "SECONDS", "max_open": "N", "memory": "recorded|FILE",
+            "max_body": "BYTES", "max_messages": "N", "max_append": "N", "timeout": "SECONDS", "idle": "SECONDS", "max_open": "N", "memory": "recorded|FILE",
             "sample_ids": "IDS", "api_base": "URL", "systems": "LIST", "tools_budget": "N", "tools_questions": "N", "tool_steps": "N",
             "output_tokens": "N", "cache": "FILE", "traces": "DIR", "paging": "MODE",
             "memory_delay": "SECONDS"}

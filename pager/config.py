@@ -98,6 +98,8 @@ class Config:
     readahead: int = 1           # neighbours faulted with a page on each side, when they fit
     recency_weight: float = 0.0  # weight of page recency in search (half as recent every 50 pages); 0: off
     supersede: bool = True       # a page saying a value changed ranks above the page it updates (search.Index.supersedes)
+    supersede_tail: bool = True  # the open page too, when one of its lines says so (search.Index.over_tail)
+    words_first: bool = True     # a page's automatic keywords are its words, numbers after them, at most two (bookmarks.extract)
     weak_similarity: float = 0.4  # a search hit holding no word of the query and nearer than this by meaning only is weak; 0: none
     max_steps: int = 8           # model calls per user message before the loop stops
     paging: str = "auto"         # tools (the model pages through tools too), automatic (pager alone), auto: by the model

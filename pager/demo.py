@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 from rich.markup import escape
 from rich.table import Table
 
@@ -137,11 +138,13 @@ def _ingest(session, messages: list[dict], console: Console) -> None:
     show = {0, 1, 2, 3, 5, 8, 12, 18, 24, len(weeks) - 1}
     for i, (_date, chunk) in enumerate(weeks):
         session.append_many(chunk)
-        if i in show:
-            line = views.frame_strip(session)
-            console.print(f"  week {i + 1:>2} ", line,
-                          f" {len(session.pages):>2} pages sealed, {session.counters['evictions']:>2} evicted")
-    console.print("  ", views.legend(), "\n")
+        if i in show:   # the counts, then the frames on a line of their own: fifteen fit 80 columns
+            sealed = len(session.pages)
+            console.print(f"  week {i + 1:>2}: {sealed} page{'s' if sealed != 1 else ''} sealed, "
+                          f"{session.counters['evictions']} evicted")
+            console.print("    ", views.frame_strip(session))
+    console.print(Text("  ").append_text(views.legend()))   # 80 columns, as the strips
+    console.print()
 
 
 def _ask(session, questions, console: Console) -> list[tuple[str, list[str], bool, str]]:

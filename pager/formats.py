@@ -62,8 +62,9 @@ def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = N
     text = read_text(path)
     path = Path("<stdin>") if str(path) == STDIN else path   # as errors name it
     undated: list[tuple[int, str]] = []
+    bots: list[tuple[int, str]] = []
     try:
-        groups = _parse_jsonl(path, text, session, undated)
+        groups = _parse_jsonl(path, text, session, undated, bots)
     except InputError as exc:
         if _looks_like_locomo(text):
             raise InputError(f"{exc}; the file looks like LoCoMo JSON: add --format locomo") from None
@@ -73,6 +74,11 @@ def parse_jsonl(path: Path, session: str, warn: Callable[[str], None] | None = N
         raise
     if warn:
         _warn_unread_dates(path, undated, warn)
+        if bots:
+            number, speaker = bots[0]
+            warn(f"{path}:{number}: speaker {speaker[:40]!r} has no \"role\", so it is taken as the assistant's "
+                 f"({len(bots)} line{'s' if len(bots) > 1 else ''} like it); if a person said "
+                 f"{'them' if len(bots) > 1 else 'it'}, add \"role\": \"user\" to {'those lines' if len(bots) > 1 else 'that line'}")
     return groups
 
 
@@ -122,8 +128,21 @@ def _looks_like_locomo(text: str) -> bool:
     return isinstance(first, dict) and ("conversation" in first or "qa" in first)
 
 
-def _parse_jsonl(path: Path, content: str, session: str, undated: list | None = None) -> dict[str, list[dict]]:
-    """The file's messages by session; `undated` gets (line number, date) of each line with a date and no ts."""
+ASSISTANTS = {"assistant", "bot", "chatbot", "ai", "ai assistant", "chatgpt", "gpt", "claude", "gemini", "copilot",
+              "llm", "model"}
+WRITTEN_ROLE = "role_in_file"   # a line taken as the assistant's keeps the role it had (none: user) for its key
+
+
+def assistant_name(speaker: str) -> bool:
+    """Whether a speaker's name says it is an assistant, not a person: "Bot", "Assistant", "ChatGPT", "gpt-4o"."""
+    name = speaker.strip().lower()
+    return name in ASSISTANTS or name.startswith(("gpt-", "claude-", "gemini-"))
+
+
+def _parse_jsonl(path: Path, content: str, session: str, undated: list | None = None,
+                 bots: list | None = None) -> dict[str, list[dict]]:
+    """The file's messages by session; `undated` gets (line number, date) of each line with a date and no ts,
+    `bots` (line number, speaker) of each line with no role taken as the assistant's by its speaker's name."""
     out: dict[str, list[dict]] = {}
     for number, line in enumerate(json_lines(content), 1):
         if not line.strip():
@@ -147,6 +166,10 @@ def _parse_jsonl(path: Path, content: str, session: str, undated: list | None = 
         speaker = obj.get("speaker") or obj.get("role") or "user"
         message: dict[str, str | float] = {"speaker": str(speaker), "text": text, "role": str(obj.get("role") or "user"),
                    "date": str(obj.get("date") or ""), "ref": str(obj.get("id") or obj.get("ref") or "")}
+        if not obj.get("role") and assistant_name(str(speaker)):
+            message["role"], message[WRITTEN_ROLE] = "assistant", "user"
+            if bots is not None:
+                bots.append((number, str(speaker)))
         if obj.get("key") is not None:
             if not isinstance(obj["key"], str) or not obj["key"] or len(obj["key"]) > 200:
                 raise InputError(f"{where}: \"key\" must be a non-empty string of at most 200 characters; "
@@ -176,9 +199,11 @@ def keyed(messages: list[dict]) -> list[dict]:
     out = []
     for i, m in enumerate(messages):
         if m.get("key"):
-            out.append(m)
+            out.append({k: v for k, v in m.items() if k != WRITTEN_ROLE})
             continue
-        what = "\x00".join(str(m.get(k, "")) for k in ("speaker", "role", "text", "date", "ts", "ref"))
+        m = dict(m)
+        written = {**m, "role": m.pop(WRITTEN_ROLE)} if WRITTEN_ROLE in m else m   # the file's own fields
+        what = "\x00".join(str(written.get(k, "")) for k in ("speaker", "role", "text", "date", "ts", "ref"))
         out.append({**m, "key": "line:" + hashlib.sha256(f"{i}\x00{what}".encode()).hexdigest()[:24]})
     return out
 

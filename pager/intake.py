@@ -237,8 +237,10 @@ class Intake:
     def _seal(self, page: Page) -> None:
         s = self.session
         own = own_text(page)
-        keywords = tuple(bm.extract(own))
-        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, keywords)})   # replace(), unchecked
+        words_first = s.home.config.words_first
+        keywords = tuple(bm.extract(own, words_first=words_first))
+        named = tuple(k for k in keywords if not bm.is_filler(k)) if words_first else keywords
+        page = Page(**{**page.__dict__, "keywords": keywords, "importance": _importance(own, named)})   # replace(), unchecked
         s.pages[page.n] = page
         self.unembedded.append(page)
         s.directory.add(keywords, [page.n])

@@ -328,11 +328,32 @@ def rekey_window(s, history: list[Message]) -> None:
             return
 
 
+def too_much_text(texts: list[str], limit: int | None, indexed: bool = True) -> None:
+    """Refuse (413) new turns holding more than `limit` characters in all: their pages are made under the
+    engine lock, which cannot be let go halfway through a turn, so every other session would wait.
+    indexed: texts[i] is the body's messages[i], and a message over the limit alone is named."""
+    total = sum(map(len, texts))
+    if limit is None or total <= limit:
+        return
+    why = f"over the limit of {limit:,} characters of new turns in one request (their pages are made while the " \
+          "server's other sessions wait)"
+    fix = f"requests of at most {limit:,} characters each, or raise `pager serve --max-append-chars`"
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+    if len(texts[longest]) > limit:
+        where = f"messages[{longest}]" if indexed else "a message"
+        raise RequestError(f"{where} holds {len(texts[longest]):,} characters, {why}; split it into several "
+                           f"messages sent in {fix}", 413, code="too_much_text",
+                           param=f"messages[{longest}]" if indexed else "messages")
+    raise RequestError(f"the new turns hold {total:,} characters, {why}; send them in several {fix}", 413,
+                       code="too_much_text", param="messages")
+
+
 def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float, queued: float,
-              on_ask: Callable[[], None] | None = None) -> dict:
+              on_ask: Callable[[], None] | None = None, append_chars: int | None = None) -> dict:
     """One chat turn, on a worker thread with the session's lock and the engine lock held
     (`queued`: the perf_counter when the request asked for them). `on_ask` is called when the model
-    is first asked: whatever refuses the turn (the lease, the budget) has not by then."""
+    is first asked: whatever refuses the turn (the lease, the budget, more new text than
+    `append_chars`) has not by then."""
     from .agent import Agent, Reply
     from .engine import Unlocked
 
@@ -347,6 +368,9 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
                 "timing": {"engine_ms": round((time.perf_counter() - started) * 1000, 2), "model_ms": 0.0,
                            "wait_ms": round((started - queued) * 1000, 2)},
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    # what the session holds already is not appended again, so it does not count
+    too_much_text([m.text for m in req.earlier if s.held(m.key) is None]
+                  + ([req.question.text] if s.held(key) is None else []), append_chars, indexed=False)
     model = make_model(req, body, engine.config.output_tokens, timeout, engine.config.api_base)
     unlocked = Unlocked(model, engine.lock)
     agent = Agent(s, unlocked, speaker=req.question.speaker)

@@ -228,6 +228,8 @@ def config_from(start: dict, home: Path, policy: str | None) -> Config:
                   output_tokens=extra.get("output_tokens", 1024), recency_weight=extra.get("recency_weight", 0.0),
                   # traces recorded before updates ranked first, or weak hits were left out: as they ran
                   supersede=extra.get("supersede", False), weak_similarity=extra.get("weak_similarity", 0.0),
+                  supersede_tail=extra.get("supersede_tail", False),   # nor did an update on the open page
+                  words_first=extra.get("words_first", False),   # and numbers were keywords among the words
                   live_summaries=False,   # the recorded `summaries_written` are fed back; replay makes none
                   fill=extra.get("fill", False),   # traces before the leftover was filled assembled without it
                   fact_dates=extra.get("fact_dates", False),   # nor did facts have the date signal before it was recorded
@@ -667,19 +669,17 @@ def policy_runs(path: Path, names: Iterable[str]) -> list[Run]:
 def policy_table(runs: list[Run], path: Path):
     """Faults, evictions, hit rate and changed contexts per policy, each against OPT. The recorded
     policy (the one in force while the run called the model; several if it switched) is starred."""
-    from rich.table import Table
-    from rich.text import Text
+    from .views import table as fitted
 
     used, starred = recorded_policies(path)
     title = f"{Path(path).name}: replay under each policy (* recorded)"
     if len(used) > 1:
         title = (f"{Path(path).name}: replay under each policy (* in force when recorded: the run switched "
                  f"{' → '.join(used)}" + (", so no single policy reproduces it)" if len(starred) > 1 else ")"))
-    table = Table(title=Text(title), title_justify="left",
-                  caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
-                          "policy would not fault at all", caption_justify="left")
-    for name in ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
+    headers = ("policy", "faults", "evictions", "hit rate", "contexts changed", "OPT faults", "faults / OPT")
+    table = fitted(title, headers, right=headers[1:],
+                   caption="OPT: Belady's optimum on the same page uses and frames; 0 means a clairvoyant "
+                           "policy would not fault at all", caption_justify="left")
     best = min(r.faults for r in runs)
     for run in runs:
         opt = run.opt()

@@ -34,6 +34,9 @@ class Retrieval:
         hits = s.index.search(query, s.home.embedder, s.directory, k, set(exclude) | {s.tail_n},
                               s.clock(), boosts, weights or None, depth, rerank)
         if tail and (hit := self._tail_hit(query)):
+            if cfg.supersede_tail:   # an update on the open page ranks above what it updates, as a sealed one does
+                hit = s.index.over_tail(query, hits, hit, [p.line for p in s.packer.pieces],
+                                        {p.turn.speaker.lower() for p in s.packer.pieces})
             hits = sorted(hits + [hit], key=lambda h: (-h.score, -h.n))[:k]
         if record:   # the hits' explanations are made only for a listener (automatic paging reads scores alone)
             s.events.emit_with("search", lambda: {"query": query, "results": [

@@ -684,6 +684,36 @@ class Index:
                     pairs.append((self.piece_page[later], self.piece_page[earlier]))
         return pairs
 
+    def over_tail(self, query: str, hits: list[Hit], tail: Hit, lines: list[str], speakers: set[str]) -> Hit:
+        """The open page's hit (matched by its words: it is indexed once sealed) put just above the best of
+        these hits that one of its lines updates, as `supersedes` puts a sealed update's page, with that line
+        its piece; asked what it was before, just below it. `lines`: the open page's pieces, `speakers`:
+        theirs. Without an update on the open page about what the query asks, the hit as it was."""
+        names = {t for s in self.speakers | speakers for t in terms(s)}
+        wanted = set(terms(query)) - names
+        least = about(len(wanted))
+        if not least:
+            return tail
+        rivals = [h for h in hits if h.n != tail.n]
+        if not rivals:
+            return tail
+        for i in range(len(lines) - 1, -1, -1):   # the latest update first
+            line = lines[i]
+            said = wanted.intersection(update_terms(line)) if piece_kind(line) == PLAIN else set()
+            if len(said) < least:
+                continue
+            kind = self._arrays()["kind"]
+            rival = next((h for h in rivals if any(kind[p] == PLAIN and len(said.intersection(self.piece_terms[p])) >= least
+                                                   for p in self.page_pieces.get(h.n, ()))), None)
+            if rival is None:
+                continue
+            if ASKS_BEFORE.search(query):
+                return tail if tail.score < rival.score else Hit(tail.n, round(rival.score - LIFT, 4), tail.signals,
+                                                                 tail.piece)
+            score = max(tail.score, round(rival.score + LIFT, 4))
+            return Hit(tail.n, score, {**tail.signals, "update": round(score - tail.score, 4)}, piece=-1 - i)
+        return tail
+
     def _feedback(self, fused: np.ndarray, weighted: dict[str, float]) -> dict[str, float]:
         """Terms to add to the query: frequent in its best pieces, rare in the session (RM3-style)."""
         reads, count, weight = self.FEEDBACK

@@ -30,6 +30,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from .fsck import durable_turns
 from .keys import KeyRing, is_key
 from .llm import LiteLLMModel
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
-                    error_body, finish_reason, load_models, parse, pieces, session_name, take_turn, tool_calls)
+                    error_body, finish_reason, load_models, parse, pieces, session_name, take_turn, too_much_text,
+                    tool_calls)
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -56,6 +58,8 @@ class Limits:
     model_timeout: float = 120.0        # seconds the proxy waits for a turn before answering 504
     search_k: int = 50                  # the most pages a REST search returns
     list_rows: int = 1000               # the most rows a REST listing (turns, facts) returns
+    append_chars: int = 200_000         # characters of new turns one request may append (413 above): a turn's
+                                        # pages are made under the engine lock, ~0.25 s for this many
 
 
 def check_host(host: str, keys: KeyRing) -> None:
@@ -128,12 +132,67 @@ async def _json(request, limit: int) -> object:
         body += part
         if len(body) > limit:
             raise _too_large(limit)
+    numbers = _Numbers()
     try:
-        return json.loads(body)
+        value = json.loads(body, parse_int=numbers.whole, parse_float=numbers.real, parse_constant=numbers.constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"the body is not valid JSON ({exc})", code="invalid_json") from None
     except RecursionError:
         raise RequestError("the body's JSON is nested too deeply to read; send flatter JSON", code="invalid_json") from None
+    if numbers.found:
+        _refuse_number(value, "")
+    return value
+
+
+class _Number:
+    """A number of a body that no route can take, kept in its place until the body is read so that the
+    refusal names where it is."""
+
+    def __init__(self, text: str, problem: str) -> None:
+        self.text, self.problem = text, problem
+
+
+class _Numbers:
+    """json.loads' readers of numbers for a request body: an integer beyond 64 bits (Python's int()
+    refuses one of more than 4,300 digits, which was a 500), a float beyond a double (1e400) and NaN or
+    Infinity, which JSON does not have, each become a _Number; anything else is read as json.loads reads it."""
+
+    LIMIT = 2**63
+
+    def __init__(self) -> None:
+        self.found = False
+
+    def _bad(self, text: str, problem: str) -> _Number:
+        self.found = True
+        return _Number(text, problem)
+
+    def whole(self, text: str):
+        if len(text.lstrip("-")) <= 19 and -self.LIMIT <= (value := int(text)) < self.LIMIT:
+            return value
+        return self._bad(text, "an integer beyond 64 bits")
+
+    def real(self, text: str):
+        value = float(text)
+        return value if math.isfinite(value) else self._bad(text, "beyond what a 64-bit float holds")
+
+    def constant(self, text: str):
+        return self._bad(text, "which JSON does not have")
+
+
+def _refuse_number(value: object, where: str) -> None:
+    """Raise naming the first _Number in the value by its path (`messages[0].max_tokens`)."""
+    if isinstance(value, _Number):
+        digits = len(value.text.lstrip("-"))
+        text = value.text if len(value.text) <= 24 else f"{value.text[:20]}… ({digits:,} digits)"
+        raise RequestError(f"{where or 'the body'} is {text}, {value.problem}; send a whole number from "
+                           f"{-_Numbers.LIMIT:,} to {_Numbers.LIMIT - 1:,} or a finite decimal (or the value as a "
+                           "string)", param=where or None, code="invalid_number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_number(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_number(item, f"{where}[{i}]")
 
 
 def _too_large(limit: int) -> RequestError:
@@ -299,15 +358,20 @@ class Server:
     async def search(self, request, tenant: str, facts: dict):
         from starlette.responses import JSONResponse
 
+        from pager.tools.schema import kind_of
+
         name = facts["session"] = session_name(request.path_params["name"], "the session name")
         query = request.query_params.get("q", "")
         if not query.strip():
             raise RequestError("search needs a query: ?q=words", param="q")
         raw_k = request.query_params.get("k", "8")
-        if not raw_k.strip().isdigit() or not 1 <= int(raw_k) <= self.limits.search_k:
+        try:   # as the tools read k ("²" and "①" are digits to str.isdigit, and int() refuses them)
+            k = kind_of(int).coerce("k", raw_k)
+        except ValueError:
+            k = 0
+        if not 1 <= k <= self.limits.search_k:
             raise RequestError(f"k={raw_k!r}: k is how many pages, a whole number from 1 to {self.limits.search_k}",
                                param="k")
-        k = int(raw_k)
 
         def run(s):
             from .views import page_hits, tier_hits
@@ -469,6 +533,7 @@ class Server:
                                        param=f"messages[{i}].key")
                 draft["key"] = m["key"]
             drafts.append(draft)
+        too_much_text([d["text"] for d in drafts], self.limits.append_chars)
 
         def run():
             s = self.engine.open(tenant, name, trace=True)
@@ -495,7 +560,8 @@ class Server:
                 raise RequestError(str(exc), 404, code="model_not_found", param="model") from None
         loop, begun = asyncio.get_running_loop(), asyncio.Event()
         turn = self.engine.run(take_turn, self.engine, tenant, req, body, self.limits.model_timeout, time.perf_counter(),
-                               lambda: loop.call_soon_threadsafe(begun.set), tenant=tenant, name=req.session)
+                               lambda: loop.call_soon_threadsafe(begun.set), self.limits.append_chars,
+                               tenant=tenant, name=req.session)
         task = asyncio.ensure_future(turn)
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

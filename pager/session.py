@@ -348,7 +348,7 @@ class Session:
         """A page left its frame: one with no keyword gets an automatic bookmark, so it can be found again."""
         if not self.directory.keywords(entry.n) and entry.n in self.pages:
             own = own_text(self.pages[entry.n])
-            words = bm.extract(own) or own.split(": ", 1)[-1].split()[:3]
+            words = bm.extract(own, words_first=self.home.config.words_first) or own.split(": ", 1)[-1].split()[:3]
             if words:
                 self.add_bookmark(tuple(words), (entry.n,), "", "auto")
 

@@ -190,7 +190,8 @@ def begin(session, model: str, budget: int, agent_per_message: bool = False) -> 
                  config={"budget": cfg.budget, "map_tokens": cfg.map_reserve, "autopage_share": cfg.autopage_share,
                          "readahead": cfg.readahead, "max_steps": cfg.max_steps, "output_tokens": cfg.output_tokens,
                          "recency_weight": cfg.recency_weight, "summary_share": cfg.summary_share,
-                         "supersede": cfg.supersede, "weak_similarity": cfg.weak_similarity,
+                         "supersede": cfg.supersede, "supersede_tail": cfg.supersede_tail, "words_first": cfg.words_first,
+                         "weak_similarity": cfg.weak_similarity,
                          "fill": cfg.fill, "fact_dates": cfg.fact_dates,
                          # what decides paging and the prompt beside them (traces before these were recorded: defaults)
                          "autopage_min_score": cfg.autopage_min_score, "pressure": cfg.pressure,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Iterable, Set
 
 from rich.table import Table
 from rich.text import Text
@@ -11,41 +11,59 @@ from .search import terms
 from .session import Session
 
 
+def table(title: str | Text, headers: Iterable[str], right: Iterable[str] = (), **options) -> Table:
+    """A table that fits the terminal (its width, or COLUMNS, 80 when piped): no rules between columns,
+    and no header cut ("resid…") or wrapped onto two lines; the cells wrap instead, the widest first."""
+    from rich import box
+
+    title = title if isinstance(title, Text) else Text(title)
+    out = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                padding=(0, 1, 0, 0), min_width=len(title.plain), **options)   # a title is not wrapped to a narrow table
+    right = set(right)
+    for header in headers:
+        out.add_column(header, justify="right" if header in right else "left", min_width=len(header), overflow="fold")
+    return out
+
+
+# each frame's state as a mark after its page id as well as a colour, so that the strip reads without colour
+MARKS = (("tail", "+", "black on cyan"), ("pinned", "!", "white on magenta"), ("just faulted", "^", "black on yellow"),
+         ("referenced", "'", "black on green"))
+
+
 def frame_strip(session: Session, fresh: Set[int] = frozenset()) -> Text:
-    """One cell per frame: [p12] coloured by state (tail, pinned, just faulted, referenced), · when free."""
-    out = Text()
+    """One cell per frame: p12 with its state's mark and colour (tail, pinned, just faulted, referenced; none:
+    resident), · when free. Cells are as wide as the widest, so that fifteen fit 80 columns."""
+    cells: list[tuple[str, str]] = []
     for n in session.frames.slots:
         if n is None:
-            out.append(" ·  ", style="dim")
-            out.append(" ")
+            cells.append(("·", "dim"))
             continue
         entry = session.table[n]
-        style = "black on white"
-        if n == session.tail_n:
-            style = "black on cyan"
-        elif entry.pinned:
-            style = "white on magenta"
-        elif n in fresh:
-            style = "black on yellow"
-        elif entry.referenced:
-            style = "black on green"
-        out.append(f"{f'p{n}':<4}", style=style)
+        state = ("tail" if n == session.tail_n else "pinned" if entry.pinned else "just faulted" if n in fresh
+                 else "referenced" if entry.referenced else "")
+        mark, style = next(((m, st) for name, m, st in MARKS if name == state), ("", "black on white"))
+        cells.append((f"p{n}{mark}", style))
+    width = max((len(text) for text, _ in cells), default=1)
+    out = Text()
+    for text, style in cells:
+        out.append(f"{text:<{width}}", style=style)
         out.append(" ")
     return out
 
 
 def legend() -> Text:
-    return Text.assemble("frames: ", ("tail", "black on cyan"), " ", ("pinned", "white on magenta"), " ",
-                         ("just faulted", "black on yellow"), " ", ("referenced", "black on green"), " ",
-                         ("resident", "black on white"), " ", ("free ·", "dim"))
+    """What the strip's marks and colours say."""
+    parts: list = ["frames: "]
+    for name, mark, style in MARKS:
+        parts += [(f"p9{mark}", style), f" {name} "]
+    return Text.assemble(*parts, ("p9", "black on white"), " resident ", ("·", "dim"), " free")
 
 
 def frame_table(session: Session) -> Table:
     """Which page is in which frame, its tokens as a bar, its flags and bookmarks."""
-    table = Table(title=Text(f"frames of session {session.name!r} ({session.frames.used()}/{session.frames.count} used, "
-                       f"{session.page_tokens} tokens each)"), title_justify="left")
-    for name in ("frame", "page", "tokens", "fill", "flags", "date", "bookmarks"):
-        table.add_column(name, justify="right" if name in ("frame", "tokens") else "left")
+    table = views_table(f"frames of session {session.name!r} ({session.frames.used()}/{session.frames.count} used, "
+                        f"{session.page_tokens} tokens each)", ("frame", "page", "tokens", "fill", "flags", "date",
+                                                               "bookmarks"), right=("frame", "tokens"))
     cap = session.page_tokens
     slots = session.frames.slots
     for slot, n in enumerate(slots):
@@ -80,9 +98,8 @@ def region_tokens(tokens: dict, budget: int) -> str:
 def page_table(session: Session, limit: int = 40) -> Table:
     """The page table: resident pages first, then the most used on disk."""
     entries = sorted(session.table.values(), key=lambda e: (not e.resident, -e.use_count, -e.n))[:limit]
-    table = Table(title=f"page table ({len(session.table)} pages, showing {len(entries)})", title_justify="left")
-    for name in ("page", "resident", "frame", "pinned", "ref", "last use", "uses", "faults", "tokens", "date"):
-        table.add_column(name)
+    table = views_table(f"page table ({len(session.table)} pages, showing {len(entries)})",
+                        ("page", "resident", "frame", "pinned", "ref", "last use", "uses", "faults", "tokens", "date"))
     for e in sorted(entries, key=lambda e: e.n):
         table.add_row(f"p{e.n}", "yes" if e.resident else "", str(e.frame) if e.resident else "",
                       "yes" if e.pinned else "", "1" if e.referenced else "", str(e.last_use), str(e.use_count),
@@ -91,10 +108,7 @@ def page_table(session: Session, limit: int = 40) -> Table:
 
 
 def bookmark_table(session: Session, limit: int = 40) -> Table:
-    table = Table(title="bookmarks", title_justify="left")
-    table.add_column("page")
-    table.add_column("keywords")
-    table.add_column("notes")
+    table = views_table("bookmarks", ("page", "keywords", "notes"))
     for n in sorted(session.directory.by_page, reverse=True)[:limit]:
         table.add_row(f"p{n}", Text(", ".join(session.directory.keywords(n))), Text("; ".join(session.directory.notes.get(n, []))))
     return table
@@ -104,9 +118,7 @@ def state_table(session: Session, key: str = "") -> Table:
     """The working state (key, value, page, change), or with a key every value it had, unsets too."""
     changes = session.state.history(key) if key else sorted(session.state.current.values(), key=lambda c: c.key)
     title = f"state {key!r}: every change" if key else f"state: {len(changes)} key(s), {len(session.state.changes)} change(s)"
-    table = Table(title=title, title_justify="left")
-    for col in ("key", "value", "page", "turn", "change", "by"):
-        table.add_column(col, overflow="fold")
+    table = views_table(title, ("key", "value", "page", "turn", "change", "by"))
     for c in changes:
         table.add_row(c.key, "(unset)" if c.unset else c.value, f"p{c.page}", str(c.turn), str(c.seq), c.source)
     return table
@@ -117,9 +129,7 @@ def facts_table(session: Session, query: str = "") -> Table:
     facts = [f for f, _ in session.facts.search(query)] if query else list(session.facts.items)
     title = (f"facts for {query!r}: {len(facts)}" if query else
              f"facts: {len(facts)}, {sum(1 for f in facts if session.facts.superseded_by(f))} superseded")
-    table = Table(title=Text(title), title_justify="left")
-    for col in ("id", "subject", "fact", "valid", "pages", "source"):
-        table.add_column(col, overflow="fold")
+    table = views_table(title, ("id", "subject", "fact", "valid", "pages", "source"))
     for f in facts:
         later = session.facts.superseded_by(f)
         valid = f"{f.date} → {later.date} (superseded by {later.id})" if later else f"since {f.date}"
@@ -133,9 +143,7 @@ def summaries_table(session: Session, key: str = "") -> Table:
                                                            if session.summaries.current.get(x.key) is x]
     title = (f"summary {key!r}: every version" if key else
              f"summaries: {len(items)} current, {len(session.summaries)} version(s) in all")
-    table = Table(title=Text(title), title_justify="left")
-    for col in ("id", "kind", "key", "v", "pages", "date", "summary"):
-        table.add_column(col, overflow="fold")
+    table = views_table(title, ("id", "kind", "key", "v", "pages", "date", "summary"))
     for x in items:
         table.add_row(x.id, x.kind, Text(x.key), str(x.version), x.span, x.date, Text(x.text))
     return table
@@ -204,3 +212,6 @@ def inspect_json(session: Session) -> dict:
         "facts": session.facts.to_json(),
         "summaries": session.summaries.to_json(),
     }
+
+
+views_table = table   # the name inside this module, whose functions have tables called `table`

@@ -168,8 +168,8 @@ def test_the_repl_says_pages_frames_and_calls_as_a_person_reads_them(tmp_path):
     assert first.exit_code == 0, first.output
     said = " ".join(first.output.split())
     assert "no model call yet" in said and '"query": "¿Cuál es mi ciudad?"' in said and "\\u00bf" not in said
-    rows = [line for line in first.output.splitlines() if "free" in line and "│" in line]
-    assert len(rows) == 1 and "│   1–2 │" in rows[0], first.output   # 3 frames: the tail's, one row for two free
+    rows = [line for line in first.output.splitlines() if line.split()[-1:] == ["free"] and "·" in line.split()[:2]]
+    assert len(rows) == 1 and rows[0].split()[:2] == ["1–2", "·"], first.output   # 3 frames: the tail's, one row for two free
     again = runner.invoke(app, home, env=ENV, input="/stats\n/quit\n")
     assert "resumed with 4 turns on 1 page ·" in " ".join(again.output.split()), again.output
     assert "session: 4 turns on 1 page" in " ".join(again.output.split())

@@ -149,3 +149,48 @@ def test_a_locomo_session_without_a_date_is_not_dated_1970(tmp_path):
     assert all(t["ts"] > 86_400 and "1970" not in t["date"] for t in _exported(tmp_path, "c1"))
     (conversation,) = parse_locomo(tmp_path / "locomo.json")
     assert [m.get("ts") for m in conversation.messages][1:] == [None]
+
+
+def test_ingesting_a_file_again_says_nothing_new_was_added_and_counts_in_words(tmp_path):
+    """Ingesting the same 7-line file again said "0 new turns, 7 already held" and then "ingested 7
+    lines", as if it had stored them again; one line added to the file said "1 new turns". The last line
+    says what was added: all of it, some of it (with how many were already held), or nothing new."""
+    home = ["--home", str(tmp_path / "h")]
+    data = tmp_path / "notes.jsonl"
+    data.write_text("".join(json.dumps({"speaker": "Maya", "text": f"note {i}"}) + "\n" for i in range(7)))
+    run = lambda: runner.invoke(app, [*home, "ingest", str(data), "-s", "notes"], env=ENV)  # noqa: E731
+    first = run()
+    assert first.exit_code == 0 and "ingested 7 lines into 1 session in" in first.output, first.output
+    again = run()
+    assert again.exit_code == 0 and "notes: 0 new turns, 7 already held" in again.output, again.output
+    last = again.output.strip().splitlines()[-1]
+    assert last.startswith("nothing new: the 7 lines were already held") and "ingested" not in last, last
+    with data.open("a") as fh:
+        fh.write(json.dumps({"speaker": "Maya", "text": "note 7"}) + "\n")
+    more = run()
+    assert "notes: 1 new turn, 7 already held → 8 turns" in more.output, more.output
+    assert "ingested 1 new line of 8 (7 already held) into 1 session in" in more.output, more.output
+
+
+def test_a_line_said_by_a_bot_with_no_role_is_the_assistants_and_ingest_says_so(tmp_path):
+    """`{"speaker": "Bot", "text": …}` was stored as the user's (no "role": the default), with no word:
+    the offline shell then quoted the bot's lines as things the user said, and its bookmarks named them.
+    A line with no role whose speaker names an assistant (Bot, Assistant, AI, ChatGPT, …) is the
+    assistant's, and ingest says so in one warning naming the line and the fix for a person called so;
+    an explicit role wins, and importing the file again adds nothing (its keys are the file's own)."""
+    home = ["--home", str(tmp_path / "h")]
+    data = tmp_path / "support.jsonl"
+    lines = [{"speaker": "Maya", "text": "My order 4417 never arrived."},
+             {"speaker": "Bot", "text": "Sorry to hear that, a refund is on its way."},
+             {"speaker": "ChatGPT", "text": "Anything else about order 4417?"},
+             {"speaker": "Bot", "role": "user", "text": "I am a person whose nickname is Bot."}]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first = runner.invoke(app, [*home, "ingest", str(data), "-s", "help"], env=ENV)
+    assert first.exit_code == 0, first.output
+    assert "support.jsonl:2: speaker 'Bot' has no \"role\"" in first.output, first.output
+    assert "2 lines like it" in first.output and '"role": "user"' in first.output
+    exported = runner.invoke(app, [*home, "export", "-s", "help"], env=ENV)
+    roles = [(row["speaker"], row["role"]) for row in map(json.loads, exported.output.splitlines())]
+    assert roles == [("Maya", "user"), ("Bot", "assistant"), ("ChatGPT", "assistant"), ("Bot", "user")]
+    again = runner.invoke(app, [*home, "ingest", str(data), "-s", "help"], env=ENV)
+    assert "nothing new" in again.output, again.output

@@ -95,7 +95,7 @@ def test_offline_keywords_of_odd_text_are_the_release_keywords(text):
         assert bm.extract(text) == _release_extract(text, mp), text
 
 
-def _plain_extract(text: str, limit: int = 6) -> list[str]:
+def _plain_extract(text: str, limit: int = 6, words_first: bool = True) -> list[str]:
     """extract() with every keyword through add() and the covered-phrase check phrase by phrase."""
     from collections import Counter, defaultdict
 
@@ -121,17 +121,28 @@ def _plain_extract(text: str, limit: int = 6) -> list[str]:
     for match in bm._CJK.finditer(body):
         run = match.group(0)
         add(run if len(run) <= 8 else run[:8], 2.5)
+    numbers = set()
     for match in bm._NUMBER.finditer(body):
-        number = match.group(0).strip()
-        if sum(map(str.isdecimal, number)) >= 2 or not number.isdigit():
-            add(number, 2.0)
+        number = match.group(0).strip().rstrip(",." if words_first else "")
+        digits = sum(map(str.isdecimal, number))
+        if digits >= 2 or not number.isdigit():
+            add(number, 0.3 + 0.01 * min(digits, 9) if words_first else 2.0)
+            numbers.add(bm.normalize(number))
     for word, count in Counter(w.lower() for w in bm._WORD.findall(body)).items():
         if word not in bm.STOPWORDS:
             add(word, 0.6 + 0.4 * min(count, 3) + 0.05 * len(word))
+    if words_first and numbers and len(scored) - len(numbers) < limit:
+        for word, count in Counter(w.lower() for w in bm._SHORT_WORD.findall(body)).items():
+            add(word, 0.4 + 0.1 * min(count, 3) + 0.05 * len(word))
     chosen: list[str] = []
+    left = bm.NUMBERS if words_first else limit
     for key in sorted(scored, key=lambda k: (-scored[k], k)):
         if any(key in c.lower() for c in chosen):
             continue
+        if key in numbers and scored[key] < 1.0:
+            if not left:
+                continue
+            left -= 1
         chosen.append(display[key])
         if len(chosen) == limit:
             break
@@ -148,11 +159,13 @@ def test_offline_keywords_are_those_of_the_plain_loop(text):
     """extract()'s shortcuts (a word of letters skips normalize, the covered check is one search) pick
     the keywords the plain loop picks."""
     assert bm.extract(text) == _plain_extract(text), text
+    assert bm.extract(text, words_first=False) == _plain_extract(text, words_first=False), text
 
 
 def test_offline_keywords_of_pages_are_those_of_the_plain_loop():
     for text in _samples():
         assert bm.extract(text) == _plain_extract(text), text
+        assert bm.extract(text, words_first=False) == _plain_extract(text, words_first=False), text
 
 
 def _general_terms(text: str) -> list[str]:

@@ -950,7 +950,7 @@ def test_rest_search_marks_each_hit_kind_with_the_tiers_and_refuses_a_bad_k(open
         body = http.get("/sessions/kinds/search", params={"q": "locker"}).json()
         assert body["results"] and {r["kind"] for r in body["results"]} == {"page"}, body
         assert any(t["kind"] == "state" and t["key"] == "locker code" and t["text"] == "3141" for t in body["tiers"])
-        for k in ("-5", "0", "100000", "two", "1.5"):
+        for k in ("-5", "0", "100000", "two", "1.5", "²", "①", "9" * 5000):   # "²" and "①" were 500s
             r = http.get("/sessions/kinds/search", params={"q": "locker", "k": k})
             assert r.status_code == 400, k
             assert r.json()["error"]["param"] == "k" and "whole number" in r.json()["error"]["message"]

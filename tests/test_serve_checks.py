@@ -89,7 +89,7 @@ def test_a_lone_surrogate_or_json_nested_too_deep_is_a_400_not_a_500(tmp_path):
 
 @pytest.mark.parametrize("flag, value", [("--max-body", "0"), ("--max-body", "-1"), ("--max-messages", "0"),
                                          ("--max-messages", "-5"), ("--timeout", "0"), ("--timeout", "-1"),
-                                         ("--timeout", "nan"), ("--idle", "nan")])
+                                         ("--timeout", "nan"), ("--idle", "nan"), ("--max-append-chars", "0")])
 def test_serve_limits_that_would_refuse_every_request_are_refused_at_start(tmp_path, monkeypatch, flag, value):
     """`pager serve --max-body 0` (or -1) died with a traceback from the MCP library; --max-messages 0
     served, then refused every chat request, --timeout 0 answered every turn 504. Each is one line at
@@ -196,5 +196,84 @@ def test_rest_state_of_a_session_without_turns_is_404_not_set_then_unreadable(tm
             assert http.post("/sessions/fresh/turns", json={"messages": [{"content": "hello"}]}).status_code == 201
             assert http.put("/sessions/fresh/state/gym", json={"value": "Tuesdays"}).status_code == 200
             assert http.get("/sessions/fresh/state").json()["state"]["gym"]["value"] == "Tuesdays"
+    finally:
+        running.stop()
+
+
+NUMBERS = [("9" * 5000, "5,000 digits"), (str(2**64 + 1), str(2**64 + 1)), (str(-2**63 - 1), str(-2**63 - 1)),
+           ("1e400", "1e400"), ("NaN", "NaN")]
+
+
+@pytest.mark.parametrize("number, shown", NUMBERS, ids=["5000 digits", "2**64+1", "-2**63-1", "1e400", "NaN"])
+def test_a_number_no_route_can_take_anywhere_in_a_body_is_a_400_naming_where_it_is(tmp_path, number, shown):
+    """An integer of more than 4,300 digits anywhere in a JSON body (a field nobody reads included) was a
+    500 with a traceback in the log, on every route with a body: Python's int() refuses to read it. An
+    integer beyond 64 bits, a float beyond a double (1e400) or NaN, which JSON does not have, is now a
+    400 naming where it is and the range to send, before anything is stored; the server goes on."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    chat = '{"model": "offline", "messages": [{"role": "user", "content": "my bike lock is 2718"}], "max_tokens": %s}'
+    sent = [("POST", "/v1/chat/completions", chat % number, "max_tokens"),
+            ("POST", "/sessions/s/turns", '{"messages": [{"content": "the gym opens at 7", "x": %s}]}' % number,
+             "messages[0].x"),
+            ("PUT", "/sessions/s/state/gym", '{"value": "Tuesdays", "weeks": [1, %s]}' % number, "weeks[1]")]
+    try:
+        with running.http() as http:
+            assert http.post("/sessions/s/turns", json={"messages": [{"content": "before"}]}).status_code == 201
+            for method, path, body, where in sent:
+                r = http.request(method, path, content=body, headers={"Content-Type": "application/json",
+                                                                      "X-Pager-Session": "s"})
+                assert r.status_code == 400, (path, r.status_code, r.text)
+                error = r.json()["error"]
+                assert error["code"] == "invalid_number" and error["param"] == where, error
+                assert shown in error["message"] and "send a whole number from" in error["message"], error
+            listed = http.get("/sessions/s/turns").json()
+            assert [t["content"] for t in listed["turns"]] == ["before"]   # nothing stored
+            assert http.get("/sessions/s/state").json()["state"] == {}
+            ok = http.post("/v1/chat/completions", headers={"X-Pager-Session": "s"}, json={
+                "model": "offline", "max_tokens": 2**62, "messages": [{"role": "user", "content": "my bike lock is 2718"}]})
+            assert ok.status_code == 200, ok.text   # within 64 bits, as before
+    finally:
+        running.stop()
+
+
+def test_a_request_of_more_text_than_one_request_may_append_is_a_413_naming_the_limit_and_the_fix(tmp_path):
+    """One 3.9 MB turn through `POST /sessions/s/turns` made 7,988 pages, holding the home's engine lock
+    (every other session of the server waiting) for 16 s. Making a turn's pages cannot let go of that
+    lock halfway (a flush of the home would find half a turn), so the server refuses a request whose new
+    turns hold more than `--max-append-chars` characters (200,000 by default, a fraction of a second of
+    pages), with 413 naming the limit and the fix: the same text in several messages over several
+    requests, all stored. The refusal waits for no lock: it is answered while the engine is held."""
+    from test_serve import Running
+
+    running = Running(tmp_path)
+    limit = running.server.limits.append_chars
+    document = ("The quarterly review covers the sync engine, the outage and the offsite. " * 60_000)[:3_900_000]
+    try:
+        with running.http() as http:
+            assert http.post("/sessions/doc/turns", json={"messages": [{"content": "before"}]}).status_code == 201
+            with running.server.engine.lock:   # as if another session's long turn held the engine
+                r = http.post("/sessions/doc/turns", json={"messages": [{"content": document}]}, timeout=30)
+            assert r.status_code == 413, r.text
+            error = r.json()["error"]
+            assert error["code"] == "too_much_text" and error["param"] == "messages[0]", error
+            assert f"{limit:,}" in error["message"] and "3,900,000" in error["message"]
+            assert "split" in error["message"] and "--max-append-chars" in error["message"]
+            many = [{"content": "x" * 1000 + str(i)} for i in range(limit // 1000 + 1)]
+            r = http.post("/sessions/doc/turns", json={"messages": many})
+            assert r.status_code == 413 and "several requests" in r.json()["error"]["message"], r.text
+            chat = http.post("/v1/chat/completions", headers={"X-Pager-Session": "doc"}, json={
+                "model": "offline", "messages": [{"role": "user", "content": document[:limit]},
+                                                 {"role": "assistant", "content": "noted"},
+                                                 {"role": "user", "content": "what did the review cover?"}]})
+            assert chat.status_code == 413 and chat.json()["error"]["code"] == "too_much_text", chat.text
+            assert [t["content"] for t in http.get("/sessions/doc/turns").json()["turns"]] == ["before"]
+            part = limit // 2
+            for start in range(0, 3 * part, part):   # what the message asks for: parts, each request under the limit
+                r = http.post("/sessions/doc/turns", json={"messages": [{"content": document[start:start + part]}]})
+                assert r.status_code == 201, r.text
+            stored = [t["content"] for t in http.get("/sessions/doc/turns").json()["turns"]]
+            assert stored[1:] == [document[s:s + part] for s in range(0, 3 * part, part)]
     finally:
         running.stop()

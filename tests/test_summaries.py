@@ -342,4 +342,4 @@ def test_summaries_with_a_key_it_does_not_have_says_so(maya, tmp_path):
     assert runner.invoke(app, ["--home", str(home), "summarize", "-s", "maya"], env=ENV).exit_code == 0
     out = " ".join(chat(home, ["/summaries nokey", "/summaries s1"]).split())
     assert "no summary has the key 'nokey'" in out and "rolling" in out, out
-    assert "summary 'e1': every version" in out and "│ s1 " in out, out
+    assert "summary 'e1': every version" in out and " s1 " in out, out

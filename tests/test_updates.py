@@ -169,3 +169,23 @@ def test_asked_what_a_value_was_before_when_it_had_one_the_shell_says_so():
     assert "city: Berlin" in before and "no earlier value" in before, before
     now = OfflineShell().answer("what is my city?", system)
     assert now == "From the state: “city: Berlin (p71, 2 Dec 2026)”"
+
+
+@pytest.mark.parametrize("first, update, now, before", [
+    ("My home city is Paris.", "My home city is now Berlin.", "home city", "What was my home city before?"),
+    VALUES[0][:3] + VALUES[0][5:],
+])
+def test_an_update_on_the_open_page_outranks_what_it_updates(tmp_path, first, update, now, before):
+    """The update on the open page (not indexed until it is sealed) was matched by its words alone and
+    scored below the page it updates: `pager search "home city"` listed "My home city is Paris." first
+    and "My home city is now Berlin." second. An update on the open page ranks above the page it
+    updates as a sealed one does, its line the snippet; asked what it was before, the old value first."""
+    from conftest import ingest_lines
+
+    ingest_lines(tmp_path, "u", [{"speaker": "Maya", "text": text, "date": "8 May 2023"}
+                                 for text in [first, *FILLER, update]])
+    found = _search(tmp_path, now)
+    assert update in found[0]["snippet"] and found[0]["page"] == max((r["page"] for r in found), key=lambda n: int(n[1:])), found[:2]
+    assert "update" in found[0]["signals"], found[0]
+    assert any(first in r["snippet"] for r in found[1:]), found   # the old value is still a hit
+    assert first in _search(tmp_path, before)[0]["snippet"], before

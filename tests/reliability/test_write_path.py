@@ -370,4 +370,4 @@ def test_pager_ingest_twice_says_what_was_new(tmp_path):
     assert "c: 0 new turns, 30 already held → 30 turns" in second.output
     with data.open("a") as fh:  # lines added to the file later are the only ones taken
         fh.write(json.dumps({"speaker": "ann", "text": "line 30"}) + "\n")
-    assert "c: 1 new turns, 30 already held → 31 turns" in run().output
+    assert "c: 1 new turn, 30 already held → 31 turns" in run().output
