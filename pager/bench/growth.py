@@ -7,7 +7,7 @@ closed once so that its index cache is on disk, as any earlier process leaves it
 
 - **open**: a new process opens the session (imports, tokenizer and embedder loaded before the
   clock starts), and says the RSS the open added and what holds it (`held_bytes`);
-- **cold search**: a new `pager search` process, start to exit (the median of three);
+- **cold search**: a new `pager search` process, start to exit (the median of three, sizes in turn);
 - **paging and search**: every size's session open in this process, each question assembled
   (automatic paging plus assembly) and searched on every size in turn, in rotating order, so that
   all sizes meet the same moment of a shared machine; wall and process CPU time.
@@ -94,6 +94,13 @@ def probe(folder: Path) -> dict:
                 "held_bytes_per_page": {k: round(v / max(len(session.pages), 1)) for k, v in held.items()}}
 
 
+def probe_process(folder: Path) -> dict:
+    """`probe` in a new process: the open as a user's command meets it, and its RSS alone."""
+    out = subprocess.run([sys.executable, "-m", "pager.bench.growth", str(folder)], capture_output=True, check=True,
+                         text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def held_bytes(session) -> dict[str, int]:
     """Bytes of the Python objects and arrays an open session holds, by what holds them: the search
     index (its vectors, BM25 postings, per-piece lists, vocabulary), the pages, the page table, the
@@ -102,7 +109,7 @@ def held_bytes(session) -> dict[str, int]:
     index = session.index
     seen: set[int] = set()
     parts = {
-        "index_vectors": _deep([index._vectors, getattr(index, "_spare", None)], seen),
+        "index_vectors": _deep([index._vectors, getattr(index, "_spare", None), index._pending], seen),
         "index_bm25": _deep([index.bm25], seen),
         "index_vocabulary": _deep([index.vocabulary], seen),
         "index_per_piece": _deep([index.piece_terms, index.piece_update, index.piece_page, index.piece_speaker,
@@ -194,7 +201,7 @@ def page_and_search(folders: dict[int, Path], queries: int) -> dict[int, dict]:
             home.close()
 
 
-def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = True) -> dict:
+def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = True, cold_runs: int = 3) -> dict:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     sizes = sorted(set(sizes))
     folders = {n: folder / f"session_{n}" for n in sizes}
@@ -204,12 +211,10 @@ def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = Tru
         rows[n] = build_home(where, n)
     for n, where in folders.items():
         say(f"opening it in a new process: {n:,} pages")
-        out = subprocess.run([sys.executable, "-m", "pager.bench.growth", str(where)], capture_output=True,
-                             check=True, text=True)
-        rows[n].update(json.loads(out.stdout.strip().splitlines()[-1]))
-    say("cold `pager search`, three times each")
+        rows[n].update(probe_process(where))
+    say(f"cold `pager search`, {cold_runs} time(s) each")
     colds: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(3):
+    for _ in range(cold_runs):
         for n, where in folders.items():
             colds[n].append(cold_search(where))
     for n in sizes:
