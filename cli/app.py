@@ -829,13 +829,13 @@ def bench_producer(
 def bench_scale(
     ctx: typer.Context,
     pages: Optional[int] = typer.Option(None, "--pages", help="pages in the home, across many sessions and users"),
-    session_pages: Optional[str] = typer.Option(None, "--session-pages",
+    session_pages: Optional[str] = typer.Option(None, "--session-pages", metavar="N,M",
                                                 help="instead, one session of each of these sizes (pages, "
                                                      "comma-separated, e.g. 10000,100000): how its costs grow"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="build the home in this folder and keep it"),
 ) -> None:
-    """Cost at scale: ingest, paging per turn, search, cold start, memory, disk, LanceDB files."""
+    """Cost at scale: ingest, paging per turn, search, cold start, memory, disk, LanceDB files; or one session as it grows."""
     from rich.console import Console
 
     from pager.bench import scale
