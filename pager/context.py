@@ -368,7 +368,7 @@ def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[in
         if len(top) > m:
             top = top[np.argpartition(-weights[top], m - 1)[:m]]
     else:
-        top = top_k(weights, m)   # the pieces argpartition(-weights, m - 1)[:m] chooses, without a pass per pick
+        top = top_k(weights, m)   # the pieces argpartition(-weights, m - 1)[:m] chooses, by a scan of group maxima
     told = told_turns(session)
     cache = excerpt_cache(session)
     pages = session.index.pages_of(top)
