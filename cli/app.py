@@ -847,8 +847,12 @@ def bench_scale(
         raise PagerError("--pages must be at least 1000")
     writable(json_path, "--json")
     fresh_folder(keep, "--keep")
-    report = scale.main(pages, None, keep, (ctx.obj or {}).get("db")) if pages is not None \
-        else scale.main_growth(sizes, keep)
+    if pages is not None:
+        report = scale.main(pages, None, keep, (ctx.obj or {}).get("db"))
+    else:
+        from pager.bench import growth
+
+        report = growth.main(sizes, keep)
     if json_path:
         write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
     Console().print_json(json.dumps(report))

@@ -239,5 +239,15 @@ def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = Tru
             "growth": growth}
 
 
+def main(sizes: list[int], home: Path | None) -> dict:
+    """One session of each size, in `home` if given (kept) or a temporary folder."""
+    import tempfile
+
+    if home:
+        return run(sizes, Path(home))
+    with tempfile.TemporaryDirectory(prefix="pager-growth-") as folder:
+        return run(sizes, Path(folder))
+
+
 if __name__ == "__main__":   # python -m pager.bench.growth HOME: the open, measured in this new process
     print(json.dumps(probe(Path(sys.argv[1]))))

@@ -533,18 +533,6 @@ def main(pages: int, out: Path | None, home: Path | None, db: str | None = None)
     return report
 
 
-def main_growth(sizes: list[int], home: Path | None) -> dict:
-    """One session of each size (pager/bench/growth.py), in `home` if given (kept) or a temporary folder."""
-    import tempfile
-
-    from . import growth
-
-    if home:
-        return growth.run(sizes, Path(home))
-    with tempfile.TemporaryDirectory(prefix="pager-growth-") as folder:
-        return growth.run(sizes, Path(folder))
-
-
 def plot(reports: list[dict], out: Path) -> None:
     """Paging, search and cold-start latency against pages in the home (log scale), to a PNG."""
     import logging
