@@ -833,23 +833,45 @@ def bench_producer(
 @handles_errors
 def bench_scale(
     ctx: typer.Context,
-    pages: int = typer.Option(..., "--pages", help="pages in the home, across many sessions and users"),
+    pages: Optional[int] = typer.Option(None, "--pages", help="pages in the home, across many sessions and users"),
+    session_pages: Optional[str] = typer.Option(None, "--session-pages", metavar="N,M",
+                                                help="instead, one session of each of these sizes (pages, "
+                                                     "comma-separated, e.g. 10000,100000): how its costs grow"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
     keep: Optional[Path] = typer.Option(None, "--keep", help="build the home in this folder and keep it"),
 ) -> None:
-    """Cost at scale: ingest, paging per turn, search, cold start, memory, disk, LanceDB files."""
+    """Cost at scale: ingest, paging per turn, search, cold start, memory, disk, LanceDB files; or one session as it grows."""
     from rich.console import Console
 
     from pager.bench import scale
 
-    if pages < 1000:
+    if (pages is None) == (session_pages is None):
+        raise PagerError("give --pages N (a home of many sessions) or --session-pages N,M (one session of each size)")
+    sizes = _session_sizes(session_pages) if session_pages is not None else []
+    if pages is not None and pages < 1000:
         raise PagerError("--pages must be at least 1000")
     writable(json_path, "--json")
     fresh_folder(keep, "--keep")
-    report = scale.main(pages, None, keep, (ctx.obj or {}).get("db"))
+    if pages is not None:
+        report = scale.main(pages, None, keep, (ctx.obj or {}).get("db"))
+    else:
+        from pager.bench import growth
+
+        report = growth.main(sizes, keep)
     if json_path:
         write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
     Console().print_json(json.dumps(report))
+
+
+def _session_sizes(text: str) -> list[int]:
+    """--session-pages as sizes: at least two, each 1,000 pages or more."""
+    try:
+        sizes = sorted({int(part.replace("_", "")) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise PagerError(f"--session-pages takes page counts separated by commas (10000,100000), not {text!r}") from None
+    if len(sizes) < 2 or sizes[0] < 1000:
+        raise PagerError("--session-pages needs two sizes or more, each at least 1000 (10000,100000)")
+    return sizes
 
 
 @bench_app.command("serve")

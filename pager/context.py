@@ -33,7 +33,7 @@ from pager.prompts import render
 from .errors import BudgetError
 from .page import page_id
 from .rerank import rerank_facts
-from .search import date_range
+from .search import date_range, top_k
 from .session import Session
 from .tokens import least_tokens
 
@@ -210,7 +210,7 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
         session.autopage(message, hits=beside_facts(session, hits, weights, slab_turns(session, ranked, fact_slabs)))
     resident = set(session.resident())
     packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked
-                                               if not (f.pages and set(f.pages) <= resident)]), fact_slabs)
+                                               if not (f.pages and resident.issuperset(f.pages))]), fact_slabs)
     told = {t for slab in packed for f, _ in slab for t in f.turns}
     lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
              if item[0].page not in resident and item[0].turn not in told]
@@ -241,7 +241,7 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
     told = {t for block in packed for item, _ in block
             for t in ((item.turn,) if isinstance(item, Excerpt) else item.turns)}
     told |= {t for n in shown if n in session.pages for t, _, _ in session.pages[n].spans}
-    rest = [(f, line) for f, line, _ in ranked if f.n not in held and not (f.pages and set(f.pages) <= shown)]
+    rest = [(f, line) for f, line, _ in ranked if f.n not in held and not (f.pages and shown.issuperset(f.pages))]
     out = pack_slabs(session, breadth_first(rest, told), 1, limit=room)
     if out:
         room -= slab_tokens(session, out[0])
@@ -286,12 +286,16 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
     if not told or not len(weights):
         return hits
     ranked = []
+    count = len(weights)
     for i, hit in enumerate(hits):
         ids = session.index.page_pieces.get(hit.n, [])
         spans = session.pages[hit.n].spans if hit.n in session.pages else []
+        ids = ids[: len(spans)]
+        # the pieces' weights in one array op (0 for a piece the search did not score)
+        read = weights[ids].tolist() if ids and max(ids) < count else \
+            [float(weights[piece]) if piece < count else 0.0 for piece in ids]
         best = kept = 0.0
-        for piece, (turn, _, _) in zip(ids, spans):
-            weight = float(weights[piece]) if piece < len(weights) else 0.0
+        for weight, (turn, _, _) in zip(read, spans):
             best = max(best, weight)
             kept = max(kept, weight * TOLD_SHARE if turn in told else weight)
         ranked.append((-(hit.score * kept / best) if best > 0 else -hit.score, i))
@@ -306,17 +310,19 @@ def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozense
     told = set(told)
     first, again = [], []
     for item in facts:
-        turns = set(item[0].turns)
-        if turns and turns <= told:
+        turns = item[0].turns
+        if turns and told.issuperset(turns):
             again.append(item)
         else:
             first.append(item)
-            told |= turns
+            told.update(turns)
     return first + again
 
 
 def told_turns(session: Session) -> set[int]:
     """The turns some fact came from (rebuilt when facts were added)."""
+    if not session.facts:
+        return set()   # not cached: a session without facts keeps the cache of the facts it had
     cached = _TOLD.get(session)
     if cached is None or cached[0] != len(session.facts):
         cached = _TOLD[session] = (len(session.facts), {t for f in session.facts.items for t in f.turns})
@@ -362,7 +368,7 @@ def excerpts_by_weight(session: Session, weights, fixed: set[int], found: set[in
         if len(top) > m:
             top = top[np.argpartition(-weights[top], m - 1)[:m]]
     else:
-        top = np.argpartition(-weights, m - 1)[:m]
+        top = top_k(weights, m)   # the pieces argpartition(-weights, m - 1)[:m] chooses, by a scan of group maxima
     told = told_turns(session)
     cache = excerpt_cache(session)
     pages = session.index.pages_of(top)
@@ -478,8 +484,17 @@ def piece_weights(session: Session):
     scored = session.index.scored
     if scored is None or not len(scored):
         return np.zeros(0, dtype=np.float32)
+    held = _WEIGHTS.get(session)
+    if held is not None and held[0] is scored:   # asked again for the same search (the split, the leftover): read only
+        return held[1]
     top = float(scored.max())
-    return scored / top if top > 0 else np.zeros_like(scored)
+    weights = scored / top if top > 0 else np.zeros_like(scored)
+    weights.flags.writeable = False
+    _WEIGHTS[session] = (scored, weights)
+    return weights
+
+
+_WEIGHTS: "weakref.WeakKeyDictionary[Session, tuple]" = weakref.WeakKeyDictionary()
 
 
 def fact_pieces(session: Session, fact) -> tuple[int, ...]:
@@ -525,7 +540,7 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     if weighted:
         by_piece = piece_facts(session)
         m = min(MOST_FACTS, len(weights))
-        for piece in np.argpartition(-weights, m - 1)[:m].tolist():
+        for piece in top_k(weights, m).tolist():   # the m best pieces (argpartition's choice at a tie), faster
             for f in by_piece.get(piece, ()):
                 candidates.setdefault(f.n, f)
     numbers = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
@@ -618,7 +633,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
 
     if most <= 0 or not (ranked or excerpts):
         return 0, 0, []
-    count, limit = session.tokenizer.count, session.page_tokens
+    count, limit = session.render.line_tokens, session.page_tokens   # the titles' counts, cached
     room = {False: limit - count(FACTS_TITLE + SEPARATOR), True: limit - count(EXCERPTS_TITLE + SEPARATOR)}
     cap = {False: most, True: most_excerpts}
     shown: set[int] = {t for n in fixed if n in session.pages for t, _, _ in session.pages[n].spans}
@@ -631,22 +646,24 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
         out = read.get(n)
         if out is None:
             ids = session.index.page_pieces.get(n, [])
+            spans = session.pages[n].spans
             out = read[n] = {}
-            for i, (t, _, _) in enumerate(session.pages[n].spans):
-                if i < len(ids) and i < len(weights):
-                    out[t] = max(out.get(t, 0.0), float(weights[ids[i]]))
+            read_weights = weights[ids[: min(len(spans), len(ids), len(weights))]].tolist()
+            for (t, _, _), weight in zip(spans, read_weights):
+                out[t] = max(out.get(t, 0.0), weight)
         return out
 
     offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
+    # (a fact's turns as a set, made once: the loop asks of each offer whether they were all shown)
     for rank, (fact, line, weight) in enumerate(ranked):
-        if weight > 0 and not set(fact.turns) <= shown:
+        if weight > 0 and not shown.issuperset(fact.turns):
             cost = session.render.line_tokens(line) + 1
-            offers.append((-weight / cost, rank, fact.turns, weight, cost, None))
+            offers.append((-weight / cost, rank, frozenset(fact.turns), weight, cost, None))
     if most_excerpts > 0:
         for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
             if excerpt.turn not in shown:
                 cost = session.render.line_tokens(line) + 1
-                offers.append((-weight / cost, rank, (excerpt.turn,), weight, cost, (excerpt, line)))
+                offers.append((-weight / cost, rank, frozenset((excerpt.turn,)), weight, cost, (excerpt, line)))
     heapq.heapify(offers)
     taken_pages, next_page = 0, 0
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
@@ -665,7 +682,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             _, rank, turns, weight, cost, item = offers[0]
             kind = item is not None
             needed = -(-(tokens[kind] + cost) // room[kind])
-            if set(turns) <= shown or needed > cap[kind] or taken_pages + slabs[not kind] + needed > frames:
+            if turns <= shown or needed > cap[kind] or taken_pages + slabs[not kind] + needed > frames:
                 heapq.heappop(offers)
                 continue
             best = (weight / cost, turns, cost, item)

@@ -294,7 +294,7 @@ class BM25:
         for word, tf in Counter(words).items():
             posting = postings.get(word)
             if posting is None:
-                posting = postings[word] = (array("q"), array("f"))
+                posting = postings[word] = (array("i"), array("f"))   # 4-byte documents: a session's pieces are < 2**31
             posting[0].append(doc)
             posting[1].append(tf)
         return doc

@@ -1,4 +1,5 @@
-"""`pager bench scale --pages N`: what pager costs as memory grows.
+"""`pager bench scale --pages N`: what pager costs as memory grows (`--session-pages N,M`: one session
+of each size instead, pager/bench/growth.py).
 
 Builds a home of N pages across many sessions and users (synthetic conversation text,
 deterministic), then measures on one large session: durable ingest throughput, automatic
