@@ -5,7 +5,9 @@ NOTES, one open page), as a new user's first commands do. Each is run `repeat` t
 gives the median wall and CPU seconds (user + system, of the process and its children) and both as
 ratios to `pager --help` timed in the same run, so a figure taken on a busy machine can be compared
 with one taken on a quiet one. One more run of each under `python -X importtime` says which packages
-its imports spent the time in.
+its imports spent the time in, and one process timed phase by phase says where a read-only command's
+seconds go: the imports, the tokenizer, opening the session from its snapshot, the embedder and the
+search, and what reading the store instead would add (LanceDB's import, the session from its tables).
 
 `serve` starts `pager serve` on a fresh home and times, from the client: the start until `/healthz`
 says ok, the first offline chat call after that, the hundredth, the first call of a second session
@@ -97,12 +99,48 @@ def commands(root: Path, repeat: int) -> dict:
     for name, args in LOOKS:
         runs = [timed(["--home", str(home), *args], env)[:2] for _ in range(repeat)]
         rows[name] = _row(runs, imports(["--home", str(home), *args], env))
+    profile = phases(home, env)
     helps += [timed(["--help"], env)[:2] for _ in range(repeat)]
     help_wall, help_cpu = statistics.median(w for w, _ in helps), statistics.median(c for _, c in helps)
     for row in rows.values():
         row["wall_ratio"] = round(row["wall_s"] / help_wall, 1)
         row["cpu_ratio"] = round(row["cpu_s"] / help_cpu, 1)
-    return {"help": {"wall_s": round(help_wall, 3), "cpu_s": round(help_cpu, 3)}, "commands": rows}
+    return {"help": {"wall_s": round(help_wall, 3), "cpu_s": round(help_cpu, 3)}, "commands": rows, "phases": profile}
+
+
+PHASES = """
+import json, resource, sys, time
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+spent = {}
+def phase(name, fn):
+    wall, used = time.perf_counter(), cpu()
+    out = fn()
+    spent[name] = [round(time.perf_counter() - wall, 3), round(cpu() - used, 3)]
+    return out
+phase("python and typer", lambda: __import__("typer"))
+phase("import pager (home, session, numpy)", lambda: (__import__("pager.home"), __import__("pager.session")))
+from pager.config import Config
+from pager.home import Home
+home = Home(Config.load(home=sys.argv[1]), read_only=True)
+phase("tokenizer (tiktoken cl100k_base)", lambda: home.tokenizer)
+s = phase("session from its snapshot", lambda: home.open(sys.argv[2], read_only=True))
+phase("embedder (wordllama)", lambda: home.embedder)
+phase("search: the index and the query's vector", lambda: s.search("Lisbon budget", k=8, record=False))
+phase("LanceDB imported, the store opened", lambda: home.store)
+from pager.session import Session
+phase("the session read from the store", lambda: Session(home, home.config.user, sys.argv[2]))
+print(json.dumps(spent))
+"""
+
+
+def phases(home: Path, env: dict) -> dict:
+    """Where a read-only command's seconds go, phase by phase, in one fresh process: [wall, CPU]."""
+    out = subprocess.run([sys.executable, "-c", PHASES, str(home), SESSION], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the phase profile failed: {out.stderr.strip()[-400:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _row(runs: list[tuple[float, float]], spent: dict) -> dict:
