@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .caches import Caches
+from .caches import Caches, Snapshot
 from .config import Config
 from .embed import Embedder, make_embedder
 from .errors import ConfigError, StoreError
@@ -236,7 +236,7 @@ class Home:
             if mutex is not None and not mutex.locked():   # every user of it holds self.mutex
                 del self.locks.mutexes[key]
 
-    def reader(self, user: str, session: str) -> Store:
+    def reader(self, user: str, session: str) -> Store | Snapshot:
         """Where a home that only looks reads a session's records: the snapshot the last process left,
         when it is current and holds every turn (no LanceDB to import), else the store."""
         if self.read_only:
