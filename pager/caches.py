@@ -34,9 +34,15 @@ class Caches:
     def __init__(self, home: "Home") -> None:
         self.home = home
 
+    def store_key(self) -> str:
+        """The store, one spelling per store (a local folder by its real path): `--home h` and `--home
+        /abs/h` find the same caches."""
+        uri = self.home.config.db_uri
+        return os.path.realpath(os.path.expanduser(uri.removeprefix("file://"))) if is_local(uri) else uri
+
     def index_path(self, s) -> Path:
         h = self.home
-        key = f"{h.config.db_uri}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
+        key = f"{self.store_key()}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
         return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
 
     def cached_index(self, s):
@@ -72,7 +78,7 @@ class Caches:
 
     def snapshot_path(self, user: str, session: str) -> Path:
         h = self.home
-        key = f"{h.config.db_uri}\x00{user}\x00{session}\x00{h.config.embedder}"
+        key = f"{self.store_key()}\x00{user}\x00{session}\x00{h.config.embedder}"
         return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.session"
 
     def save_snapshot(self, s) -> None:
@@ -93,7 +99,8 @@ class Caches:
         snapshot = Snapshot(generation, last, after, h.store.state(s.user, s.name), pages,
                             h.store.bookmarks(s.user, s.name), tail, h.store.state_changes(s.user, s.name),
                             h.store.facts(s.user, s.name), h.store.summaries(s.user, s.name),
-                            saved_turns=whole, dim=s.index.dim)
+                            saved_turns=whole, dim=s.index.dim,
+                            vectors={t: v.astype("float16") for t, v in s.tiers.vectors.items()})
         path = self.snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -108,8 +115,11 @@ class Caches:
         h = self.home
         if h.recovered:
             return None  # a dead process's records just reached the store: the snapshot may lack them
+        path = self.snapshot_path(user, session)
         try:
-            with open(self.snapshot_path(user, session), "rb") as fh, gc_paused():
+            if self.meta_changed(path.stat().st_mtime_ns):
+                return None   # migrated since, maybe by a newer pager: the store decides what it holds
+            with open(path, "rb") as fh, gc_paused():
                 snapshot = pickle.load(fh)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
             return None
@@ -120,6 +130,17 @@ class Caches:
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: h.store
         return snapshot
+
+    def meta_changed(self, written_ns: int) -> bool:
+        """Whether the store's meta table (its schema version and migrations) changed after a cache was
+        written; told from its version files' folder for a local store, without LanceDB."""
+        uri = self.home.config.db_uri
+        if not is_local(uri):
+            return False
+        try:
+            return (Path(uri.removeprefix("file://")) / "meta.lance" / "_versions").stat().st_mtime_ns > written_ns
+        except OSError:
+            return False   # no meta table there: nothing migrated it
 
     def session_rows(self, journals: bool = True, cached: bool = True) -> list[dict]:
         """Every session of the store, per user: its last turn and its pages, counted as `pager inspect`
@@ -159,7 +180,7 @@ class Caches:
 
     def listing_path(self) -> Path:
         h = self.home
-        return h.path / "cache" / f"{hashlib.sha256(h.config.db_uri.encode()).hexdigest()[:32]}.sessions"
+        return h.path / "cache" / f"{hashlib.sha256(self.store_key().encode()).hexdigest()[:32]}.sessions"
 
     def listing_kept(self) -> bool:
         """Whether this home keeps a listing cache: for its own store only (another --db may be written
@@ -254,6 +275,7 @@ class Snapshot:
     saved_summaries: list = field(default_factory=list)
     saved_turns: list | None = None   # every turn, for a session of at most WHOLE_TURNS; else None
     dim: int = 0                      # the index's vector size: a read-only open needs no embedder to know it
+    vectors: dict = field(default_factory=dict)   # the facts' and summaries' texts → their vectors (float16)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
