@@ -394,8 +394,9 @@ WARM_MESSAGE = "Warm up: the first request should cost what the hundredth does. 
 def warm(engine) -> float:
     """Pay, before `pager serve` says it is ready, what its first chat call would: LanceDB's import and the
     store's tables read once, the tokenizer, the embedder, the model names litellm ships (which a refusal
-    reads), and one offline chat turn through take_turn on a home of its own in a temporary folder,
-    written there and thrown away: nothing of it reaches the engine's home. A model other than the offline
+    reads), and one offline chat turn through take_turn on a home of its own (a temporary folder, a store
+    in memory), thrown away after: nothing of it reaches the engine's home. The store's writes are not
+    warmed: they come in batches (the flush), paid by whichever call brings one, never only the first. A model other than the offline
     shell is not warmed (litellm's import, seconds, is paid by the first call naming one). Returns the
     seconds it took."""
     import dataclasses
@@ -405,6 +406,7 @@ def warm(engine) -> float:
     from .engine import Engine
     from .home import Home
     from .llm import shipped_names
+    from .store import MemoryStore
 
     started = time.perf_counter()
     home, config = engine.home, engine.config
@@ -414,8 +416,8 @@ def warm(engine) -> float:
     shipped_names()
     with tempfile.TemporaryDirectory(prefix="pager-warm-") as folder:
         scratch_config = dataclasses.replace(config, home=Path(folder), db="", bookmark_model="", memory_model="")
-        scratch = Engine(scratch_config, Home(scratch_config, embedder=home.embedder, tokenizer=home.tokenizer,
-                                              durable=False), traces=False)
+        scratch = Engine(scratch_config, Home(scratch_config, store=MemoryStore(home.embedder.dim), embedder=home.embedder,
+                                              tokenizer=home.tokenizer, durable=False), traces=False)
         try:
             request = parse({"model": OFFLINE_NAME, "messages": [{"role": "user", "content": WARM_MESSAGE}]},
                             None, "warm", 8)
