@@ -19,6 +19,7 @@ of a refused request was stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -171,11 +172,9 @@ async def _serve_calls(url: str, proc, started: float, calls: int) -> dict:
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"pager serve exited with {proc.returncode}; see serve.log in its home")
-            try:
+            with contextlib.suppress(httpx.TransportError):   # not listening yet
                 if (await http.get("/healthz")).status_code == 200:
                     break
-            except httpx.TransportError:
-                pass
             await asyncio.sleep(0.02)
         ready = time.perf_counter() - started
         latencies = []
