@@ -691,7 +691,7 @@ def trace_show(
                          + f" (`pager trace show {trace}` sums it up)")
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: recall on LoCoMo, cost at scale, start-up.")
 app.add_typer(bench_app, name="bench")
 
 
@@ -901,6 +901,27 @@ def bench_serve(
     Console().print_json(json.dumps(report))
     if report["problems"] or report["load"]["failed"] or report.get("memory", {}).get("load", {}).get("failed"):
         raise typer.Exit(1)
+
+
+@bench_app.command("startup")
+@handles_errors
+def bench_startup(
+    repeat: int = typer.Option(5, "--repeat", min=1, help="runs of each command (the median is reported)"),
+    with_serve: bool = typer.Option(True, "--serve/--no-serve", help="also time `pager serve`: ready, first and hundredth chat, refusals"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the report here"),
+    keep: Optional[Path] = typer.Option(None, "--keep", help="build the homes in this folder and keep them"),
+) -> None:
+    """Start-up: each command's wall and CPU seconds on a small session, as ratios to `pager --help`; serve's first answers."""
+    from rich.console import Console
+
+    from pager.bench import startup
+
+    writable(json_path, "--json")
+    fresh_folder(keep, "--keep")
+    report = startup.main(repeat, keep, with_serve)
+    if json_path:
+        write_report(json_path, json.dumps(report, indent=1) + "\n", "--json")
+    Console().print_json(json.dumps(report))
 
 
 @bench_app.command("trace")

@@ -22,23 +22,32 @@ from .store import SCHEMA_VERSION, LanceStore, Store, is_local
 if TYPE_CHECKING:
     from .home import Home
 
-CACHED_FROM = 1   # pages a session needs before its index and snapshot are cached at close (was 200: a
-# small session then paid LanceDB's import, ~2.5 s, on every `pager search` to save a cache of a few KB)
+CACHED_FROM = 1   # pages a session needs before its index is cached at close (was 200: a small session then
+# paid LanceDB's import, ~2.5 s, on every `pager search` to save a cache of a few KB); a snapshot is kept
+# from the first turn (a session of one open page too), so every read-only command of it skips LanceDB
+WHOLE_TURNS = 2_000   # a session of at most this many turns keeps every turn in its snapshot: `pager check`
+# and `pager export` then read no LanceDB; a longer one keeps the open tail's turns only (its check and
+# export read the store, whose import is then a small part of reading the turns)
 
 
 class Caches:
     def __init__(self, home: "Home") -> None:
         self.home = home
 
+    def store_key(self) -> str:
+        """The store, one spelling per store (a local folder by its real path): `--home h` and `--home
+        /abs/h` find the same caches."""
+        uri = self.home.config.db_uri
+        return os.path.realpath(os.path.expanduser(uri.removeprefix("file://"))) if is_local(uri) else uri
+
     def index_path(self, s) -> Path:
         h = self.home
-        key = f"{h.config.db_uri}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
+        key = f"{self.store_key()}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
         return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
 
     def cached_index(self, s):
         """The session's index as a previous process left it, or None. Only this user's own files are
         read (the cache is a pickle, trusted like the journal); a stale or damaged one is ignored."""
-        h = self.home
         path = self.index_path(s)
         try:
             with open(path, "rb") as fh, gc_paused():
@@ -48,7 +57,7 @@ class Caches:
         from .search import Index
 
         # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
-        return index if isinstance(index, Index) and index.dim == h.embedder.dim else None
+        return index if isinstance(index, Index) and index.dim == s.index.dim else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
@@ -69,7 +78,7 @@ class Caches:
 
     def snapshot_path(self, user: str, session: str) -> Path:
         h = self.home
-        key = f"{h.config.db_uri}\x00{user}\x00{session}\x00{h.config.embedder}"
+        key = f"{self.store_key()}\x00{user}\x00{session}\x00{h.config.embedder}"
         return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.session"
 
     def save_snapshot(self, s) -> None:
@@ -79,16 +88,19 @@ class Caches:
         if isinstance(s.source, Snapshot):
             return  # opened from one and only looked
         last, generation = h.locks.counts(s)
-        if last != s.turn_count or len(s.index) != len(s.pages) or len(s.pages) < CACHED_FROM:
-            return  # turns of other processes not taken in, or an index not worth caching
+        if last != s.turn_count or len(s.index) != len(s.pages) or not s.begun:
+            return  # turns of other processes not taken in, or nothing to keep
         pages = [s.pages[n] for n in sorted(s.pages)]
-        after = pages[-1].spans[-1][0] - 1
-        tail = h.store.turns(s.user, s.name, after=after)
-        if (tail[-1].turn if tail else after + 1) != s.turn_count:
+        after = pages[-1].spans[-1][0] - 1 if pages else 0
+        whole = h.store.turns(s.user, s.name) if s.turn_count <= WHOLE_TURNS else None
+        tail = [t for t in whole if t.turn > after] if whole is not None else h.store.turns(s.user, s.name, after=after)
+        if (tail[-1].turn if tail else after + 1) != s.turn_count and (tail or s.turn_count):
             return  # the store lacks turns a live process still holds in its journal
         snapshot = Snapshot(generation, last, after, h.store.state(s.user, s.name), pages,
                             h.store.bookmarks(s.user, s.name), tail, h.store.state_changes(s.user, s.name),
-                            h.store.facts(s.user, s.name), h.store.summaries(s.user, s.name))
+                            h.store.facts(s.user, s.name), h.store.summaries(s.user, s.name),
+                            saved_turns=whole, dim=s.index.dim,
+                            vectors={t: v.astype("float16") for t, v in s.tiers.vectors.items()})
         path = self.snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -103,8 +115,11 @@ class Caches:
         h = self.home
         if h.recovered:
             return None  # a dead process's records just reached the store: the snapshot may lack them
+        path = self.snapshot_path(user, session)
         try:
-            with open(self.snapshot_path(user, session), "rb") as fh, gc_paused():
+            if self.meta_changed(path.stat().st_mtime_ns):
+                return None   # migrated since, maybe by a newer pager: the store decides what it holds
+            with open(path, "rb") as fh, gc_paused():
                 snapshot = pickle.load(fh)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
             return None
@@ -115,6 +130,17 @@ class Caches:
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: h.store
         return snapshot
+
+    def meta_changed(self, written_ns: int) -> bool:
+        """Whether the store's meta table (its schema version and migrations) changed after a cache was
+        written; told from its version files' folder for a local store, without LanceDB."""
+        uri = self.home.config.db_uri
+        if not is_local(uri):
+            return False
+        try:
+            return (Path(uri.removeprefix("file://")) / "meta.lance" / "_versions").stat().st_mtime_ns > written_ns
+        except OSError:
+            return False   # no meta table there: nothing migrated it
 
     def session_rows(self, journals: bool = True, cached: bool = True) -> list[dict]:
         """Every session of the store, per user: its last turn and its pages, counted as `pager inspect`
@@ -154,7 +180,7 @@ class Caches:
 
     def listing_path(self) -> Path:
         h = self.home
-        return h.path / "cache" / f"{hashlib.sha256(h.config.db_uri.encode()).hexdigest()[:32]}.sessions"
+        return h.path / "cache" / f"{hashlib.sha256(self.store_key().encode()).hexdigest()[:32]}.sessions"
 
     def listing_kept(self) -> bool:
         """Whether this home keeps a listing cache: for its own store only (another --db may be written
@@ -236,7 +262,7 @@ class Caches:
 class Snapshot:
     """A session as the store held it when a process closed it: a read-only open answers from this
     (a store of one session) and reads anything else (turns appended later) from the real store."""
-    FORMAT = (1, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
+    FORMAT = (2, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
     generation: int
     last_turn: int
     after: int                 # tail holds the turns after this one
@@ -247,6 +273,9 @@ class Snapshot:
     saved_changes: list = field(default_factory=list)   # the working state's changes
     saved_facts: list = field(default_factory=list)
     saved_summaries: list = field(default_factory=list)
+    saved_turns: list | None = None   # every turn, for a session of at most WHOLE_TURNS; else None
+    dim: int = 0                      # the index's vector size: a read-only open needs no embedder to know it
+    vectors: dict = field(default_factory=dict)   # the facts' and summaries' texts → their vectors (float16)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -257,6 +286,8 @@ class Snapshot:
         return self.saved_state
 
     def pages(self, user: str, session: str, after: int = 0, with_vectors: bool = True):
+        if with_vectors and not self.saved_pages:
+            return [], []   # nothing sealed: no vectors to read
         if with_vectors:  # the index cache did not fit: vectors come from the store
             return self._store().pages(user, session, after, with_vectors)
         return [p for p in self.saved_pages if p.n > after], []
@@ -273,7 +304,12 @@ class Snapshot:
     def summaries(self, user: str, session: str, after: int = 0) -> list:
         return [x for x in self.saved_summaries if x.n > after]
 
+    def turn_count(self, user: str, session: str) -> int:
+        return self.last_turn
+
     def turns(self, user: str, session: str, after: int = 0) -> list:
+        if self.saved_turns is not None:
+            return [t for t in self.saved_turns if t.turn > after]
         if after != self.after:  # only the open tail page's turns were kept
             return self._store().turns(user, session, after)
         return list(self.tail)

@@ -41,9 +41,11 @@ def durable_turns(home, user: str, session: str, problems: list[str] | None = No
     """Every turn of the session (after turn `after`) the store or a journal holds, by number (one each);
     the numbers only a journal holds are added to `journal_only`."""
     problems = [] if problems is None else problems
-    home.store.refresh()
+    store = home.reader(user, session)   # a read-only home: the session's snapshot when it is current
+    if store is home.loaded_store:
+        store.refresh()
     by_number: dict[int, Turn] = {}
-    for t in home.store.turns(user, session, after=after):
+    for t in store.turns(user, session, after=after):
         if t.turn in by_number and by_number[t.turn].text != t.text:
             problems.append(f"turn {t.turn} is stored twice with different texts")
         by_number.setdefault(t.turn, t)
@@ -75,7 +77,7 @@ def check(home, user: str, session: str) -> Report:
         missing = sorted(set(range(1, (max(numbers) if numbers else 0) + 1)) - set(numbers))
         problems.append(f"turn numbers have gaps: {missing[:10]}")
     by_number = {t.turn: t for t in turns}
-    pages, _ = home.store.pages(user, session, with_vectors=False)
+    pages, _ = home.reader(user, session).pages(user, session, with_vectors=False)
     report.pages = len(pages)
     if [p.n for p in pages] != list(range(1, len(pages) + 1)):
         problems.append(f"pages are not p1..p{len(pages)}: {[p.n for p in pages][:20]}")

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .caches import Caches
+from .caches import Caches, Snapshot
 from .config import Config
 from .embed import Embedder, make_embedder
 from .errors import ConfigError, StoreError
@@ -236,9 +236,19 @@ class Home:
             if mutex is not None and not mutex.locked():   # every user of it holds self.mutex
                 del self.locks.mutexes[key]
 
+    def reader(self, user: str, session: str) -> Store | Snapshot:
+        """Where a home that only looks reads a session's records: the snapshot the last process left,
+        when it is current and holds every turn (no LanceDB to import), else the store."""
+        if self.read_only:
+            snapshot = self.caches.snapshot(user, session)
+            if snapshot is not None and snapshot.saved_turns is not None:
+                return snapshot
+        return self.store
+
     def stored(self, user: str, session: str) -> bool:
         """Whether the store holds the session: turns, or a working state set before any turn."""
-        return bool(self.store.turn_count(user, session) or self.store.state_changes(user, session))
+        store = self.reader(user, session)
+        return bool(store.turn_count(user, session) or store.state_changes(user, session))
 
     def exists(self, user: str, session: str) -> bool:
         """Whether the session holds anything, in the store or in a journal."""

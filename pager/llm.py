@@ -13,6 +13,7 @@ code calling litellm directly (the README's agent loop, with `pager/offline`) re
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -123,6 +124,51 @@ def routable(model: str) -> bool:
     except Exception:  # noqa: BLE001 - litellm failed otherwise: let the first call say what is wrong
         return True
     return True
+
+
+def unservable(model: str) -> str:
+    """Why no call of this model can work here, told without importing litellm (seconds): a provider's
+    key missing from the environment, or a name no provider litellm knows, read from the provider list
+    and model map litellm ships as files. "" when these cannot tell: litellm's own check then decides.
+    Never stricter than that check (tests/test_serve_startup.py holds them to it)."""
+    if model.startswith("pager/"):
+        return ""
+    key = known_key(model) or ("OPENAI_API_KEY" if model.startswith("openai/") else "")
+    if key and not os.environ.get(key):
+        return f"needs {key} in the environment; set it"
+    known = shipped_names()
+    if known is None:
+        return ""
+    providers, models = known
+    head, slash, _ = model.partition("/")
+    if model in models or (slash and head in providers) or (not slash and (":" in model or known_key(model)
+                                                                           or "claude" in model.lower())):
+        return ""   # a mapped model, a provider's, a fine-tune's ft:… name, or a family litellm routes by its name
+    return UNROUTABLE
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_names() -> tuple[frozenset[str], frozenset[str]] | None:
+    """litellm's provider names (its LlmProviders enum, read as text) and the models of its bundled model
+    map, or None if its files are not where this litellm keeps them."""
+    import importlib.util
+    import json
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("litellm")   # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        source = (folder / "types" / "utils.py").read_text(encoding="utf-8")
+        body = source.split("class LlmProviders(", 1)[1].split("\nclass ", 1)[0]
+        mapped = json.loads((folder / "model_prices_and_context_window_backup.json").read_bytes())
+    except (OSError, IndexError, ValueError):
+        return None
+    providers = set(re.findall(r'^    [A-Z0-9_]+ = "([^"]+)"', body, re.M))
+    providers |= {v["litellm_provider"] for v in mapped.values() if isinstance(v, dict) and v.get("litellm_provider")}
+    return (frozenset(providers), frozenset(mapped)) if providers else None
 
 
 @dataclass

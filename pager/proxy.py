@@ -412,6 +412,46 @@ def take_turn(engine, tenant: str, req: ChatRequest, body: dict, timeout: float,
                       "total_tokens": seen["tokens"] + completion_tokens}}
 
 
+WARM_MESSAGE = "Warm up: the first request should cost what the hundredth does. What was decided?"
+
+
+def warm(engine) -> float:
+    """Pay, before `pager serve` says it is ready, what its first chat call would: LanceDB's import and the
+    store's tables read once, the tokenizer, the embedder, the model names litellm ships (which a refusal
+    reads), and one offline chat turn through take_turn on a home of its own (a temporary folder, a store
+    in memory), thrown away after: nothing of it reaches the engine's home. The store's writes are not
+    warmed: they come in batches (the flush), paid by whichever call brings one, never only the first. A model other than the offline
+    shell is not warmed (litellm's import, seconds, is paid by the first call naming one). Returns the
+    seconds it took."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from .engine import Engine
+    from .home import Home
+    from .llm import shipped_names
+    from .store import MemoryStore
+
+    started = time.perf_counter()
+    home, config = engine.home, engine.config
+    for read in (home.store.state, home.store.bookmarks, home.store.turns):
+        read(config.user, "")   # no session has the empty name: the tables' first reads, nothing found
+    home.store.pages(config.user, "", with_vectors=True)
+    shipped_names()
+    with tempfile.TemporaryDirectory(prefix="pager-warm-") as folder:
+        scratch_config = dataclasses.replace(config, home=Path(folder), db="", bookmark_model="", memory_model="")
+        scratch = Engine(scratch_config, Home(scratch_config, store=MemoryStore(home.embedder.dim), embedder=home.embedder,
+                                              tokenizer=home.tokenizer, durable=False), traces=False)
+        try:
+            request = parse({"model": OFFLINE_NAME, "messages": [{"role": "user", "content": WARM_MESSAGE}]},
+                            None, "warm", 8)
+            scratch.call(take_turn, scratch, config.user, request, {}, 60.0, time.perf_counter(),
+                         tenant=config.user, name="warm")
+        finally:
+            scratch.close()
+    return time.perf_counter() - started
+
+
 # -- replies ----------------------------------------------------------------------------------------
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"

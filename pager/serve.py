@@ -41,10 +41,10 @@ from .engine import Engine
 from .errors import BudgetError, ConfigError, InputError, LeaseHeld, ModelError, PagerError, StoreError
 from .fsck import durable_turns
 from .keys import KeyRing, is_key
-from .llm import LiteLLMModel
+from .llm import LiteLLMModel, unservable
 from .proxy import (OFFLINE_NAME, SESSION_HEADER, ChatRequest, RequestError, chunk, completion, completion_id,
                     error_body, finish_reason, load_models, parse, pieces, session_name, take_turn, too_much_text,
-                    tool_calls)
+                    tool_calls, warm)
 
 log = logging.getLogger("pager.serve")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -550,6 +550,9 @@ class Server:
         req = parse(body, request.headers.get(SESSION_HEADER), self.config.session, self.limits.messages)
         facts["session"] = req.session
         cid = completion_id()
+        if req.model != OFFLINE_NAME and (why := unservable(req.model)):   # told without litellm's import (seconds)
+            raise RequestError(f"model {req.model!r} {why}, or use model 'offline'", 404, code="model_not_found",
+                               param="model")
         if not self._models_ready and req.model != OFFLINE_NAME:
             await asyncio.to_thread(load_models)  # litellm's import takes seconds: once, off the loop
             self._models_ready = True
@@ -694,6 +697,7 @@ def serve(config: Config, host: str = "127.0.0.1", port: int = 8765, limits: Lim
     try:   # the home opens before the server says it serves: one it cannot write is said, not served
         engine = Engine(config, max_open=max_open, idle_s=idle_s)
         engine.home.writer  # noqa: B018 - with a memory or bookmark model, a missing key stops here, not in a worker
+        log.info("warmed in %.2f s: the store, the tokenizer, the embedder and an offline turn", warm(engine))
     except BaseException:
         sock.close()
         raise

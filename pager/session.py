@@ -67,7 +67,8 @@ class Session:
         self.settled = "page_tokens" in state
         self.pages: dict[int, Page] = {}
         self.directory = bm.Directory()
-        self.index = Index(home.embedder.dim)
+        # a snapshot knows its vectors' size: a read-only open that embeds nothing loads no embedder
+        self.index = Index(getattr(source, "dim", 0) or home.embedder.dim)
         self.packer = Packer(name, self._pack_tokenizer(state.get("encoding")), self.page_tokens, user=user)
         # a policy asked for (an argument, --policy, PAGER_POLICY) wins over the one the session last ran
         self.paging = Paging(max(1, (cfg.budget - cfg.map_reserve) // self.page_tokens),

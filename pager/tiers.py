@@ -74,7 +74,7 @@ class Tier:
         s, kind = self.session, self.kind
         vectors: Any = [None] * len(records)
         if kind.text is not None:
-            vectors = s.home.embedder.embed([kind.text(r) for r in records]).astype(np.float16).astype(np.float32)
+            vectors = s.tiers.embedded([kind.text(r) for r in records])
         for record, vector in zip(records, vectors):
             older = self.records.add(record, vector)
             if event == kind.op:
@@ -136,6 +136,18 @@ class Tiers:
         self.state, self.facts, self.summaries = State(), Facts(), Summaries()
         self.tiers = {STATE.op: Tier(session, STATE, self.state), FACT.op: Tier(session, FACT, self.facts),
                       SUMMARY.op: Tier(session, SUMMARY, self.summaries)}
+        self.vectors: dict[str, np.ndarray] = {}   # each record's text → its vector (views of the tiers' own rows)
+
+    def embedded(self, texts: list[str]) -> np.ndarray:
+        """The texts' vectors, at the store's precision (float16): from the snapshot the session opened from
+        when it holds them all (a read-only open then loads no embedder), else embedded now."""
+        known = getattr(self.session.source, "vectors", None) or {}
+        if texts and all(t in known for t in texts):
+            vectors = np.stack([known[t] for t in texts]).astype(np.float32)
+        else:
+            vectors = self.session.home.embedder.embed(texts).astype(np.float16).astype(np.float32)
+        self.vectors.update(zip(texts, vectors))
+        return vectors
 
     def __getitem__(self, op: str) -> Tier:
         return self.tiers[op]

@@ -410,7 +410,7 @@ def test_the_readme_layout_names_every_module():
     import re
 
     root = Path(__file__).resolve().parents[1]
-    layout = re.search(r"## Layout\n\n```\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
+    layout = re.search(r"## Layout\n\n.*?```\n(.*?)```", (root / "README.md").read_text(), re.S).group(1)
     named = set(re.findall(r"[a-z_]+", layout))
     modules = {p.stem for p in (root / "pager").glob("*.py")} - {"__init__"}
     assert modules <= named, f"README's Layout does not name {sorted(modules - named)}"

@@ -1,0 +1,90 @@
+"""What a command loads before it answers: a command that only looks at a small session reads the
+snapshot the last writer left, and imports neither LanceDB nor litellm (LanceDB alone is ~2.3 s of a
+cold process, litellm ~6.5 s), nor the embedder unless it embeds a query; its answers are the ones the
+store gives. With the default embedder (wordllama), as a new user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+NOTES = [{"speaker": "Maya", "text": "We chose Yjs over OT for the sync engine.", "date": "8 May 2023"},
+         {"speaker": "Sam", "text": "Then the offline edits merge by themselves.", "date": "8 May 2023"},
+         {"role": "assistant", "content": "Noted: Yjs, a CRDT."},
+         {"speaker": "Maya", "text": "The Lisbon offsite budget is 4,000 euros.", "date": "9 May 2023"},
+         {"speaker": "Sam", "text": "Okta stays our identity provider for now.", "date": "9 May 2023"},
+         {"speaker": "Maya", "text": "I am allergic to peanuts, remember that for the dinner.", "date": "10 May 2023"},
+         {"role": "assistant", "content": "Noted: peanut allergy."}]
+
+# runs one command in a process of its own, then says which heavy packages it imported
+PROBE = """
+import json, sys
+from pager.cli.app import app
+try:
+    app(sys.argv[1:], standalone_mode=False)
+finally:
+    loaded = [m for m in ("lancedb", "litellm", "wordllama") if m in sys.modules]
+    print("\\n" + json.dumps(loaded), file=sys.stderr)
+"""
+
+LOOKS = {"check": ["check", "-s", "planning"], "export": ["export", "-s", "planning"],
+         "inspect": ["inspect", "-s", "planning", "--json"], "sessions": ["sessions", "--json"],
+         "search": ["search", "Lisbon budget", "-s", "planning", "--json"]}
+
+
+def command(home, args, cwd=None):
+    out = subprocess.run([sys.executable, "-c", PROBE, "--home", str(home), *args], capture_output=True, text=True,
+                         timeout=300, env={"PATH": "/usr/bin:/bin"}, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, json.loads(out.stderr.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def small_home(tmp_path):
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps(n) + "\n" for n in NOTES))
+    home = tmp_path / "h"
+    _, loaded = command(home, ["ingest", str(notes), "-s", "planning"])
+    assert "lancedb" in loaded   # a write goes to the store
+    out, _ = command(home, ["summarize", "-s", "planning"])   # summaries: a tier whose records have vectors
+    assert "3 new summaries" in out
+    return home
+
+
+def test_looking_at_a_small_session_imports_no_lancedb_and_answers_as_the_store_does(small_home):
+    fast = {name: command(small_home, args) for name, args in LOOKS.items()}
+    for name, (_, loaded) in fast.items():
+        assert "lancedb" not in loaded and "litellm" not in loaded, name
+    for name in ("check", "export", "inspect", "sessions"):   # these embed nothing (the summaries' vectors are kept)
+        assert "wordllama" not in fast[name][1], name
+    assert "wordllama" in fast["search"][1]   # the query's vector
+    for cache in (small_home / "cache").iterdir():   # without the caches every answer comes from the store
+        cache.unlink()
+    slow = {name: command(small_home, args) for name, args in LOOKS.items()}
+    assert "lancedb" in slow["check"][1] and "lancedb" in slow["export"][1]
+    for name in LOOKS:
+        assert fast[name][0] == slow[name][0], name
+    assert "7 turns" in fast["check"][0] and "ok" in fast["check"][0]
+    assert len(fast["export"][0].splitlines()) == 7
+
+
+def test_a_snapshot_is_not_read_once_the_session_grew(small_home):
+    from pager.config import Config
+    from pager.home import Home
+
+    writer = Home(Config(home=small_home))
+    writer.open("planning").append("Sam", "The offsite moved to Porto.")
+    writer.flush()   # in the store; the snapshot was written before it
+    out, loaded = command(small_home, ["export", "-s", "planning"])
+    assert "Porto" in out and "lancedb" in loaded
+    writer.close()   # leaves a snapshot of eight turns
+    out, loaded = command(small_home, ["export", "-s", "planning"])
+    assert "Porto" in out and len(out.splitlines()) == 8 and "lancedb" not in loaded
+
+
+def test_a_home_named_by_a_relative_path_finds_the_same_snapshot(small_home):
+    """The caches are keyed by the store's real path: `--home h` from its parent folder and `--home /abs/h`
+    are one home, and the snapshot one left serves the other."""
+    out, loaded = command(small_home.name, ["export", "-s", "planning"], cwd=small_home.parent)
+    assert len(out.splitlines()) == 7 and "lancedb" not in loaded
