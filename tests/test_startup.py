@@ -9,13 +9,7 @@ import sys
 
 import pytest
 
-NOTES = [{"speaker": "Maya", "text": "We chose Yjs over OT for the sync engine.", "date": "8 May 2023"},
-         {"speaker": "Sam", "text": "Then the offline edits merge by themselves.", "date": "8 May 2023"},
-         {"role": "assistant", "content": "Noted: Yjs, a CRDT."},
-         {"speaker": "Maya", "text": "The Lisbon offsite budget is 4,000 euros.", "date": "9 May 2023"},
-         {"speaker": "Sam", "text": "Okta stays our identity provider for now.", "date": "9 May 2023"},
-         {"speaker": "Maya", "text": "I am allergic to peanuts, remember that for the dinner.", "date": "10 May 2023"},
-         {"role": "assistant", "content": "Noted: peanut allergy."}]
+from pager.bench.startup import NOTES   # the small session the start-up bench measures
 
 # runs one command in a process of its own, then says which heavy packages it imported
 PROBE = """
