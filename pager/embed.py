@@ -26,6 +26,45 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class WordLlamaModel:
+    """wordllama's weights and tokenizer, loaded as `WordLlama.load` loads them (the same arrays, so the
+    same bits) without importing the wordllama package: its import sets up the root logger and brings
+    requests for downloads pager never makes, about half of an embedder's start-up (BENCHMARKS.md,
+    "Start-up time"). The package's folder is found without running it; `avg_pool` is its own step."""
+
+    WEIGHTS = "weights/l2_supercat_256.safetensors"
+    TOKENIZER = "tokenizers/l2_supercat_tokenizer_config.json"
+
+    def __init__(self, embedding: np.ndarray, tokenizer) -> None:
+        self.embedding = embedding
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def load(cls, dim: int) -> WordLlamaModel:
+        import importlib.util
+        from pathlib import Path
+
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        spec = importlib.util.find_spec("wordllama")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("No module named 'wordllama'")
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        with safe_open(str(folder / cls.WEIGHTS), framework="np", device="cpu") as weights:
+            embedding = weights.get_tensor("embedding.weight")[:, :dim]
+        tokenizer = Tokenizer.from_file(str(folder / cls.TOKENIZER))
+        tokenizer.enable_padding()
+        tokenizer.no_truncation()
+        return cls(np.ascontiguousarray(embedding.astype(np.float32)), tokenizer)
+
+    @staticmethod
+    def avg_pool(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """wordllama's masked mean: the same operations in the same order."""
+        mask_sum = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
+        return np.sum(x * mask[..., np.newaxis], axis=1, dtype=np.float32) / mask_sum
+
+
 class WordLlamaEmbedder:
     """wordllama's 256-dim model cut to its first `dim` dimensions. The model is Matryoshka-trained
     (its leading dimensions carry a smaller model), and an embedding is the mean of token vectors, so
@@ -40,25 +79,9 @@ class WordLlamaEmbedder:
     matryoshka = True    # a vector of more dims from this model, cut to `dim` and renormalised, is its own
 
     def __init__(self, dim: int | None = None) -> None:
-        import logging
-        import os
-
         if dim is not None:
             self.dim = dim
-        # wordllama calls logging.basicConfig(level=INFO) on import; undo that so the host's logging stays as it was
-        root = logging.getLogger()
-        level, handlers = root.level, list(root.handlers)
-        import wordllama
-        from wordllama import WordLlama
-
-        root.setLevel(level)
-        for handler in root.handlers[:]:
-            if handler not in handlers:
-                root.removeHandler(handler)
-
-        folder = os.path.dirname(wordllama.__file__)
-        cut = self.dim if self.dim != self.FULL_DIM else None
-        self._model = WordLlama.load(cache_dir=folder, disable_download=True, dim=self.FULL_DIM, trunc_dim=cut)
+        self._model = WordLlamaModel.load(self.dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

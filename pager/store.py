@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
+from . import lance
 from .bookmarks import Bookmark
 from .errors import NewerStore, StoreError
 from .page import Page, Turn
@@ -212,7 +213,7 @@ class LanceStore:
 
     def __init__(self, uri: str, dim: int = 256, read_consistency_s: float | None = None, read_only: bool = False,
                  notify=None, storage_options: dict[str, str] | None = None, matryoshka: bool = False) -> None:
-        import lancedb
+        lancedb = lance.lancedb()
 
         self.uri = uri
         self.dim = dim
@@ -826,7 +827,7 @@ def embedders_of(dim: int) -> str:
 def table_names(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
     """The tables at a store URI, listed without opening one (so without checking its schema or vector
     size against an embedder): whether a store is there at all, for `pager migrate`."""
-    import lancedb
+    lancedb = lance.lancedb()
 
     kwargs: dict = {"storage_options": storage_options} if storage_options else {}
     try:

@@ -221,8 +221,13 @@ def get_tokenizer(encoding: str = "cl100k_base") -> Tokenizer:
     return Tokenizer(encoding)
 
 
+LONGEST_TOKEN = {"cl100k_base": 128, "o200k_base": 128}   # what _longest_token finds in each (tests/test_tokens.py)
+
+
 @lru_cache(maxsize=None)
 def _longest_token(encoding: str) -> int:
-    import tiktoken
-
-    return max(len(b) for b in tiktoken.get_encoding(encoding).token_byte_values())
+    """The longest token's bytes: known for the encodings pager ships with (finding it walks every token,
+    a tenth of the tokenizer's load), found in any other."""
+    if encoding in LONGEST_TOKEN:
+        return LONGEST_TOKEN[encoding]
+    return max(len(b) for b in get_tokenizer(encoding)._enc.token_byte_values())

@@ -199,6 +199,33 @@ def test_index_vectors_grow_in_place_and_pickle_without_spare_rows():
     assert np.array_equal(copy.vectors(), np.vstack(added))
 
 
+def _wordllamas_own(dim: int):
+    """The wordllama package's own model, loaded by the package: what pager's loader must equal."""
+    import os
+
+    import wordllama
+    from wordllama import WordLlama
+
+    return WordLlama.load(cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=256,
+                          trunc_dim=dim if dim != 256 else None)
+
+
+def test_wordllama_loads_without_importing_the_package(tmp_path):
+    """The embedder reads wordllama's weights and tokenizer itself: a fresh process that embeds with it
+    has not imported wordllama (whose import configures the root logger) nor requests."""
+    import subprocess
+    import sys
+
+    code = ("import sys, logging\n"
+            "from pager.embed import make_embedder\n"
+            "v = make_embedder('wordllama').embed(['the Lisbon offsite budget'])\n"
+            "assert v.shape == (1, 128), v.shape\n"
+            "print(sorted(m for m in ('wordllama', 'requests') if m in sys.modules), logging.getLogger().handlers)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] []", out.stdout
+
+
 def test_a_short_text_embeds_exactly_as_in_a_batch():
     """Up to four texts (a query, its words) are embedded one by one, past the batch tokenizer's
     thread pool: the vectors are wordllama's own batch vectors, bit for bit, at either size."""
@@ -210,7 +237,7 @@ def test_a_short_text_embeds_exactly_as_in_a_batch():
              "日本語のテキスト", "a much longer text " * 40]
     for dim in (128, 256):
         e = WordLlamaEmbedder(dim)
-        batch = np.asarray(e._model.embed(texts, norm=True), dtype=np.float32)
+        batch = np.asarray(_wordllamas_own(dim).embed(texts, norm=True), dtype=np.float32)
         alone = np.concatenate([e.embed([t]) for t in texts])
         assert alone.shape == (len(texts), dim)
         assert np.array_equal(alone, batch, equal_nan=True)   # the empty text is nan in both
@@ -229,12 +256,12 @@ def test_many_texts_embed_as_wordllamas_own_batches_bit_for_bit():
     texts = TextGenerator(5).turns(700) + ["", "pets", "Caroline's LGBTQ support group 😀", "日本語のテキスト",
                                            "tab\tand\nnewline", "a much longer text " * 300, "x" * 5000]
     for dim in (128, 256):
-        e = WordLlamaEmbedder(dim)
+        e, own = WordLlamaEmbedder(dim), _wordllamas_own(dim)
         for cells in (1 << 16, 300):   # one group for the short texts, then many
             e.CELLS = cells
             got = e.embed(texts)
             assert got.shape == (len(texts), dim) and got.dtype == np.float32
-            assert np.array_equal(got, np.asarray(e._model.embed(texts, norm=True), dtype=np.float32), equal_nan=True)
+            assert np.array_equal(got, np.asarray(own.embed(texts, norm=True), dtype=np.float32), equal_nan=True)
 
 
 def test_the_index_arrays_grown_page_by_page_equal_a_full_rebuild(tmp_path):

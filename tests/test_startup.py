@@ -19,6 +19,8 @@ try:
     app(sys.argv[1:], standalone_mode=False)
 finally:
     loaded = [m for m in ("lancedb", "litellm", "wordllama") if m in sys.modules]
+    embed = sys.modules.get("pager.embed")
+    loaded += [f"embedder {name}" for name in (embed._CACHE if embed else ())]   # embedders made, by name
     print("\\n" + json.dumps(loaded), file=sys.stderr)
 """
 
@@ -51,8 +53,9 @@ def test_looking_at_a_small_session_imports_no_lancedb_and_answers_as_the_store_
     for name, (_, loaded) in fast.items():
         assert "lancedb" not in loaded and "litellm" not in loaded, name
     for name in ("check", "export", "inspect", "sessions"):   # these embed nothing (the summaries' vectors are kept)
-        assert "wordllama" not in fast[name][1], name
-    assert "wordllama" in fast["search"][1]   # the query's vector
+        assert "embedder wordllama" not in fast[name][1], name
+    assert "embedder wordllama" in fast["search"][1]   # the query's vector
+    assert "wordllama" not in fast["search"][1]   # made from its weights: the package is not imported
     for cache in (small_home / "cache").iterdir():   # without the caches every answer comes from the store
         cache.unlink()
     slow = {name: command(small_home, args) for name, args in LOOKS.items()}

@@ -2,6 +2,7 @@
 `least_tokens` never says more than the count; a slab packed with it passes over the same lines,
 without counting those that cannot fit."""
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pager import context
@@ -9,7 +10,7 @@ from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
 from pager.store import MemoryStore
-from pager.tokens import get_tokenizer, least_tokens
+from pager.tokens import LONGEST_TOKEN, get_tokenizer, least_tokens
 
 ENCODINGS = st.sampled_from(["cl100k_base", "o200k_base"])
 # the characters the bound is about: every kind of whitespace (ASCII, Unicode, the information separators
@@ -85,3 +86,11 @@ def test_a_slab_passes_over_a_line_that_cannot_fit_without_counting_it(tmp_path)
     assert skipped, "a line longer in words than the room left was counted"
     assert all(line in counted for _, line in expected)
     home.close()
+
+
+@pytest.mark.parametrize("encoding", sorted(LONGEST_TOKEN))
+def test_the_known_longest_token_is_the_encodings_own(encoding):
+    """LONGEST_TOKEN spares a walk over every token at start-up: it must be what the walk finds."""
+    tokenizer = get_tokenizer(encoding)
+    assert LONGEST_TOKEN[encoding] == max(len(b) for b in tokenizer._enc.token_byte_values())
+    assert tokenizer.longest_token == LONGEST_TOKEN[encoding]

@@ -1,0 +1,37 @@
+"""LanceDB is imported without the REST namespace client pager never uses (pager/lance.py), and the
+client is still there, whole, for whatever reads it."""
+
+import subprocess
+import sys
+
+PROBE = """
+import sys
+from pager import lance
+lancedb = lance.lancedb()
+db = lancedb.connect(sys.argv[1])
+db.create_table("t", data=[{"n": 1, "text": "the Lisbon budget"}])
+rows = db.open_table("t").search().where(lancedb.expr.col("n") == lancedb.expr.lit(1)).to_list()
+assert [r["text"] for r in rows] == ["the Lisbon budget"], rows
+api = sorted(m for m in sys.modules if m.startswith("lance_namespace_urllib3_client.api"))
+assert lance.lancedb() is lancedb
+import lance_namespace_urllib3_client as client
+assert client.ApiClient.__name__ == "ApiClient" and client.TableApi.__name__ == "TableApi"
+loaded = "lance_namespace_urllib3_client.api.table_api" in sys.modules
+print(api, loaded)
+"""
+
+
+def test_lancedb_works_without_its_rest_client_until_something_reads_it(tmp_path):
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "db")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True"], out.stdout
+
+
+def test_lancedb_imported_first_by_someone_else_is_used_as_it_is(tmp_path):
+    code = ("import sys, lancedb\nfrom pager import lance\n"
+            "assert lance.lancedb() is lancedb\n"
+            "print('lance_namespace_urllib3_client.api.table_api' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
