@@ -20,6 +20,7 @@ rather than send an over-budget prompt.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import weakref
@@ -746,8 +747,11 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
     `limit` tokens (block and separator counted exactly); the empty slabs are not returned."""
     limit = limit or session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
-    used = [session.render.line_tokens(title + SEPARATOR)] * slabs
-    room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
+    free = [limit - session.render.line_tokens(title + SEPARATOR)] * slabs   # what each bin can still take
+    # most[b]: the most any of bins 0..b can take (never falling with b), so the first bin a line fits is
+    # bisect_left(most, cost) and the most any bin can take is most[-1]
+    most = list(itertools.accumulate(free, max))
+    room = most[-1] if slabs else 0   # a line costing more is passed over
     costs = session.render.known_lines()
     for item in ranked:
         if room < 2:
@@ -760,12 +764,15 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
         cost += 1
         if cost > room:
             continue
-        for b in range(slabs):
-            if used[b] + cost <= limit:
-                bins[b].append(item)
-                used[b] += cost
-                room = limit - min(used)
+        b = bisect.bisect_left(most, cost)   # first fit
+        bins[b].append(item)
+        free[b] -= cost
+        for j in range(b, slabs):   # most[j] falls only as far as the bins up to j allow
+            held = max(most[j - 1], free[j]) if j else free[j]
+            if held == most[j]:
                 break
+            most[j] = held
+        room = most[-1]
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
         while slab and slab_tokens(session, slab) > limit:
             slab.pop()
