@@ -128,8 +128,14 @@ class Facts:
         the facts dated inside `span` (the dates the query names, search.date_range), the page search's
         date signal at its weight; superseded facts are kept but rank below the current ones unless the
         query asks for the past."""
+        order, scores = self.scored(query, query_vector, k, span, vector_weight)
+        return [(self.items[i], score) for i, score in zip(order.tolist(), scores)]
+
+    def scored(self, query: str, query_vector: np.ndarray | None = None, k: int = 50,
+               span: tuple[float, float] | None = None, vector_weight: float = 0.5) -> tuple[np.ndarray, list[float]]:
+        """search's answer as (the facts' places in items, their scores rounded as search gives them)."""
         if not self.items:
-            return []
+            return np.zeros(0, dtype=np.int64), []
         wanted = set(terms(query))
         n = len(self.items)
         arrays = self._arrays()
@@ -149,7 +155,7 @@ class Facts:
             scores[arrays["superseded"]] *= SUPERSEDED_WEIGHT
         order = best_first(scores, k)
         order = order[scores[order] > 0]
-        return [(self.items[i], round(score, 4)) for i, score in zip(order.tolist(), scores[order].tolist())]
+        return order, [round(score, 4) for score in scores[order].tolist()]
 
     def _arrays(self) -> dict:
         """BM25 postings, lengths, the vectors as one matrix and which facts are superseded, rebuilt
