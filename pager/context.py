@@ -684,9 +684,9 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             if excerpt.turn not in shown:
                 cost = session.render.line_tokens(line) + 1
                 offers.append((-weight / cost, rank, frozenset((excerpt.turn,)), weight, cost, (excerpt, line)))
-    heapq.heapify(offers)
     if most_excerpts <= 0:   # facts alone offer lines (the default): the same loop with one kind
         return _split_facts(offers, pages, page_turns, shown, frames, most, room[False], limit)
+    heapq.heapify(offers)
     taken_pages, next_page = 0, 0
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
     slabs = {False: 0, True: 0}
@@ -731,11 +731,11 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
 
 def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], dict[int, float]], shown: set[int],
                  frames: int, most: int, room: int, limit: int) -> tuple[int, int, list[tuple]]:
-    """split's greedy loop when only facts offer lines: `offers` is its heap of them, `room` a fact
-    slab's tokens for lines."""
-    import heapq
-
-    pop = heapq.heappop
+    """split's greedy loop when only facts offer lines (`offers`, not yet a heap), `room` a fact slab's
+    tokens for lines. Nothing is offered again once passed, so the heap's pops are the offers in
+    sorted order (by value per token, then rank: no two tie), read here from a sorted list."""
+    offers.sort(reverse=True)   # best last: taking one is a pop from the end
+    pop = list.pop
     taken_pages, next_page, tokens, slabs = 0, 0, 0, 0
     stale, page_value = True, 0.0
     turns_on_page: dict[int, float] = {}
@@ -747,7 +747,7 @@ def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], d
                 page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
         best = None
         while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
-            top = offers[0]
+            top = offers[-1]
             needed = -(-(tokens + top[4]) // room)
             if top[2] <= shown or needed > most or taken_pages + needed > frames:
                 pop(offers)

@@ -136,7 +136,7 @@ class Facts:
         """search's answer as (the facts' places in items, their scores rounded as search gives them)."""
         if not self.items:
             return np.zeros(0, dtype=np.int64), []
-        wanted = set(terms(query))
+        wanted = query_terms(query)
         n = len(self.items)
         arrays = self._arrays()
         scores = np.zeros(n, dtype=np.float64)
@@ -233,6 +233,18 @@ class Recorded:
                 self.given.add(i)
                 out.append(Draft(subject, text, turns))
         return out
+
+
+def query_terms(query: str) -> frozenset[str]:
+    """The BM25 terms of a query, as a set, kept for the last query: the facts and the summaries are
+    searched for the same message."""
+    global _QUERY_TERMS
+    if _QUERY_TERMS[0] != query:
+        _QUERY_TERMS = (query, frozenset(terms(query)))
+    return _QUERY_TERMS[1]
+
+
+_QUERY_TERMS: tuple[str | None, frozenset[str]] = (None, frozenset())
 
 
 def best_first(scores: np.ndarray, k: int) -> np.ndarray:
