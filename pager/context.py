@@ -20,6 +20,7 @@ rather than send an over-budget prompt.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import weakref
@@ -144,16 +145,17 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
         summaries, shown_summaries, summary_tokens = pack_summaries(session, message, room)
         summary_frames = -(-summary_tokens // session.page_tokens)
     packed: list[list[tuple]] = []
+    counts: list[int] = []   # each slab's tokens, counted while packing
     ranked: list[tuple] = []
     if frames - summary_frames >= 3 and session.facts and message.strip():
-        packed, hits, ranked = page_with_facts(session, message, frames - summary_frames, autopage)
+        packed, counts, hits, ranked = page_with_facts(session, message, frames - summary_frames, autopage)
         searched = True
     else:
         session.resize(frames - summary_frames)
         searched = autopage and bool(message.strip()) and session.autopage_room() > 0   # autopage searches then
         hits = session.autopage(message) if autopage and message else []
     texts = [slab_text(slab) for slab in packed]
-    known = dict(zip(texts, (slab_tokens(session, slab) for slab in packed)))   # counted while packing
+    known = dict(zip(texts, counts))
     if summaries:
         known[summaries] = summary_tokens
     filled: list[list[tuple]] = []
@@ -178,7 +180,8 @@ def fixed_pages(session: Session) -> set[int]:
     return {session.tail_n} | {n for n in session.frames.slots if n is not None and session.table[n].pinned}
 
 
-def page_with_facts(session: Session, message: str, frames: int, autopage: bool) -> tuple[list[list[tuple]], list, list[tuple]]:
+def page_with_facts(session: Session, message: str, frames: int,
+                    autopage: bool) -> tuple[list[list[tuple]], list[int], list, list[tuple]]:
     """Split the frames between slabs and pages, and fill both from one search.
 
     The search scores every piece of every page for the message. A fact is ranked by its own match
@@ -191,8 +194,8 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     LoCoMo they did not pay, BENCHMARKS.md, "Evidence coverage with the memory tiers"). Pages are then
     faulted once, those holding what the fact slabs will not tell first (`beside_facts`); the fact
     slabs are filled with the best facts whose pages are not resident, the excerpt slabs with the
-    excerpts the split chose, then the next best, of pages not resident. Returns the slabs, the
-    hits paged from, and the facts ranked (the leftover's facts are the next of them, `fill`)."""
+    excerpts the split chose, then the next best, of pages not resident. Returns the slabs, their
+    tokens, the hits paged from, and the facts ranked (the leftover's facts are the next of them, `fill`)."""
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
@@ -206,16 +209,21 @@ def page_with_facts(session: Session, message: str, frames: int, autopage: bool)
     fact_slabs, excerpt_slabs, chosen = split(session, above, ranked, weights, frames - len(fixed), most, fixed,
                                               excerpts, most_excerpts)
     session.resize(frames - fact_slabs - excerpt_slabs)
+    every = [(f, line) for f, line, _ in ranked]
+    unfaulted = None   # the slabs as slab_turns packs them, before any page is chosen
     if autopage:
-        session.autopage(message, hits=beside_facts(session, hits, weights, slab_turns(session, ranked, fact_slabs)))
+        unfaulted = counted_slabs(session, breadth_first(every), fact_slabs) if fact_slabs > 0 else []
+        session.autopage(message, hits=beside_facts(session, hits, weights, told_by(unfaulted)))
     resident = set(session.resident())
-    packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked
-                                               if not (f.pages and resident.issuperset(f.pages))]), fact_slabs)
-    told = {t for slab in packed for f, _ in slab for t in f.turns}
+    kept = [item for item in every if not (item[0].pages and resident.issuperset(item[0].pages))]
+    # no fact left out for its pages: the slabs are those packed before the pages were chosen
+    packed = unfaulted if unfaulted is not None and len(kept) == len(every) else \
+        counted_slabs(session, breadth_first(kept), fact_slabs)
+    told = told_by(packed)
     lines = [item for item in itertools.chain(chosen, ((x, line) for x, line, _ in excerpts))
              if item[0].page not in resident and item[0].turn not in told]
-    packed += pack_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
-    return packed, (hits if autopage else []), ranked
+    packed += counted_slabs(session, list(dict.fromkeys(lines)), excerpt_slabs, EXCERPTS_TITLE)
+    return [slab for slab, _ in packed], [tokens for _, tokens in packed], (hits if autopage else []), ranked
 
 
 MIN_FILL = 8          # the fewest tokens left over worth a block (its title, a separator and a short line)
@@ -269,8 +277,12 @@ def slab_turns(session: Session, ranked: list[tuple], slabs: int) -> set[int]:
     out of the slabs, which leaves more room, so these turns are told all the same."""
     if slabs <= 0:
         return set()
-    packed = pack_slabs(session, breadth_first([(f, line) for f, line, _ in ranked]), slabs)
-    return {t for slab in packed for f, _ in slab for t in f.turns}
+    return told_by(counted_slabs(session, breadth_first([(f, line) for f, line, _ in ranked]), slabs))
+
+
+def told_by(slabs: list[tuple[list[tuple], int]]) -> set[int]:
+    """The turns the facts tell in these slabs (each with its tokens, counted_slabs)."""
+    return {t for slab, _ in slabs for f, _ in slab for t in f.turns}
 
 
 def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
@@ -456,8 +468,10 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
         line = session.summaries.line(s)
         # the block's count as the sum of its lines' cached counts: a line starts with "- ", so no
         # pre-token runs across a newline into it (as a page's body after its header, render.py); the
-        # whole block is counted once more below
-        if used + cost(line + SEPARATOR) > capacity:
+        # whole block is counted once more below. A line whose newline and separator are a token each
+        # costs its share with either (Renderer.line_share)
+        share = session.render.line_share(line)
+        if used + (share or cost(line + SEPARATOR)) > capacity:
             if lines:
                 continue
             line = session.tokenizer.fit(line, capacity - count(SUMMARIES_TITLE + "\n" + SEPARATOR))
@@ -465,9 +479,10 @@ def pack_summaries(session: Session, message: str, frames: int) -> tuple[str, li
                 line = line[:-1]   # a merge at the joins may cost a token more than the parts
             if len(line) < 16:
                 return "", [], 0
+            share = 0   # a line cut to the room: counted as it is
         lines.append(line)
         shown.append(s.n)
-        used += cost(line + "\n")
+        used += share or cost(line + "\n")
     tokens = block_tokens(session, SUMMARIES_TITLE, lines)
     while lines and tokens > capacity:   # by construction this does not happen
         lines.pop()
@@ -531,77 +546,80 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
         return []
     vector = message_vector(session, message)
     span = date_range(message, session.clock()) if session.home.config.fact_dates else None
-    own = session.facts.search(message, vector, k=MOST_FACTS, span=span,
-                               vector_weight=getattr(session.home.embedder, "fact_vector_weight", 0.5))
-    best = own[0][1] if own and own[0][1] > 0 else 1.0
-    matched = {f.n: score / best for f, score in own}
-    candidates = {f.n: f for f, _ in own}
+    items = session.facts.items
+    own, scores = session.facts.scored(message, vector, k=MOST_FACTS, span=span,
+                                       vector_weight=getattr(session.home.embedder, "fact_vector_weight", 0.5))
+    best = scores[0] if scores and scores[0] > 0 else 1.0
+    matched = np.zeros(len(items), dtype=np.float64)
+    matched[own] = np.array(scores, dtype=np.float64) / best   # each score / best, as one at a time
+    candidate = np.zeros(len(items), dtype=bool)
+    candidate[own] = True
     weighted = weights is not None and len(weights)
     if weighted:
-        by_piece = piece_facts(session)
+        owner, pieces = _fact_index(session)
         m = min(MOST_FACTS, len(weights))
-        for piece in top_k(weights, m).tolist():   # the m best pieces (argpartition's choice at a tie), faster
-            for f in by_piece.get(piece, ()):
-                candidates.setdefault(f.n, f)
-    numbers = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
-    own_part = np.array([matched.get(n, 0.0) for n in candidates], dtype=np.float64)
-    weight = (fact_weights(session, weights)[fact_positions(session, numbers)] if weighted
-              else np.zeros(len(numbers), dtype=np.float32))
-    total = own_part + weight.astype(np.float64)   # the same sums as float(matched) + float(weight), one at a time
+        if len(pieces):   # the facts of the m best pieces (argpartition's choice at a tie, top_k)
+            best_pieces = np.zeros(len(weights), dtype=bool)
+            best_pieces[top_k(weights, m)] = True
+            candidate[owner[best_pieces[pieces]]] = True
+    # the order is by total, then fact number: which candidate came first does not matter
+    places = np.flatnonzero(candidate)
+    numbers = fact_numbers(session)[places]
+    weight = (fact_weights(session, weights)[places] if weighted
+              else np.zeros(len(places), dtype=np.float32))
+    total = matched[places] + weight.astype(np.float64)   # the same sums as float(matched) + float(weight), one at a time
     order = np.lexsort((numbers, -total))[:MOST_FACTS]   # best first, ties by fact number
     lines = fact_lines(session)
+    read = weight.tolist()
+    at = places.tolist()
     out = []
     for i in order.tolist():
-        f = candidates[int(numbers[i])]
+        f = items[at[i]]
         line = lines.get(f.n)
         if line is None:
             line = lines[f.n] = session.facts.line(f)
-        out.append((f, line, float(weight[i])))
+        out.append((f, line, read[i]))
     return out
 
 
-def piece_facts(session: Session) -> dict[int, list]:
-    """piece → the facts that came from it (rebuilt when facts or pieces were added)."""
-    return _fact_index(session)[0]
+def fact_numbers(session: Session) -> np.ndarray:
+    """Each fact's number, by its place in session.facts.items (rebuilt when facts were added)."""
+    cached = _NUMBERS.get(session)
+    if cached is None or cached[0] != len(session.facts):
+        cached = _NUMBERS[session] = (len(session.facts), np.array([f.n for f in session.facts.items], dtype=np.int64))
+    return cached[1]
 
 
-def fact_positions(session: Session, numbers: np.ndarray) -> np.ndarray:
-    """Where facts (by number) are in session.facts.items: n - 1, as facts are kept in number order
-    with no gap (Session.add_facts, _take_facts); looked up should that ever not hold."""
-    items = session.facts.items
-    if items and items[0].n == 1 and items[-1].n == len(items):
-        return numbers - 1
-    where = {f.n: i for i, f in enumerate(items)}
-    return np.array([where[int(n)] for n in numbers], dtype=np.int64)
+_NUMBERS: "weakref.WeakKeyDictionary[Session, tuple[int, np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
 def fact_weights(session: Session, weights) -> np.ndarray:
     """Every fact's weight (by its place in session.facts.items): the most weight of the pieces it
     came from, 0 for none."""
-    _, owner, pieces = _fact_index(session)
+    owner, pieces = _fact_index(session)
     out = np.zeros(len(session.facts), dtype=np.float32)
     if len(pieces):
+        # the pairs come fact by fact (owner never falls): each fact's most is one reduction of its run
+        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
         most = np.full(len(session.facts), -np.inf, dtype=np.float32)
-        np.maximum.at(most, owner, weights[pieces])
+        most[owner[starts]] = np.maximum.reduceat(weights[pieces], starts)
         out = np.where(np.isfinite(most), most, out).astype(np.float32)
     return out
 
 
-def _fact_index(session: Session) -> tuple[dict[int, list], np.ndarray, np.ndarray]:
-    """(piece → its facts; for each (fact, piece) pair, the fact's index and the piece), rebuilt when
-    facts or pieces were added."""
+def _fact_index(session: Session) -> tuple[np.ndarray, np.ndarray]:
+    """For each (fact, piece it came from) pair, the fact's index and the piece, rebuilt when facts or
+    pieces were added."""
     key = (len(session.facts), len(session.index.piece_page))
     cached = _PIECE_FACTS.get(session)
     if cached is None or cached[0] != key:
-        out: dict[int, list] = {}
         owner: list[int] = []
         pieces: list[int] = []
         for i, f in enumerate(session.facts.items):
             for p in fact_pieces(session, f):
-                out.setdefault(p, []).append(f)
                 owner.append(i)
                 pieces.append(p)
-        cached = _PIECE_FACTS[session] = (key, (out, np.array(owner, dtype=np.int64), np.array(pieces, dtype=np.int64)))
+        cached = _PIECE_FACTS[session] = (key, (np.array(owner, dtype=np.int64), np.array(pieces, dtype=np.int64)))
     return cached[1]
 
 
@@ -655,15 +673,19 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
 
     offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
     # (a fact's turns as a set, made once: the loop asks of each offer whether they were all shown)
+    known, counted = session.render.known_lines(), session.render.line_tokens
     for rank, (fact, line, weight) in enumerate(ranked):
         if weight > 0 and not shown.issuperset(fact.turns):
-            cost = session.render.line_tokens(line) + 1
+            cost = known.get(line)
+            cost = (counted(line) if cost is None else cost) + 1
             offers.append((-weight / cost, rank, frozenset(fact.turns), weight, cost, None))
     if most_excerpts > 0:
         for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
             if excerpt.turn not in shown:
                 cost = session.render.line_tokens(line) + 1
                 offers.append((-weight / cost, rank, frozenset((excerpt.turn,)), weight, cost, (excerpt, line)))
+    if most_excerpts <= 0:   # facts alone offer lines (the default): the same loop with one kind
+        return _split_facts(offers, pages, page_turns, shown, frames, most, room[False], limit)
     heapq.heapify(offers)
     taken_pages, next_page = 0, 0
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
@@ -694,7 +716,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             tokens[kind] += best[2]
             slabs[kind] = -(-tokens[kind] // room[kind])
             shown.update(best[1])
-            stale = any(t in turns_on_page for t in best[1])
+            stale = not turns_on_page.keys().isdisjoint(best[1])
             if line is not None:
                 chosen.append(line)
         elif next_page < len(pages) and page_value > 0:
@@ -705,6 +727,47 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
         else:
             break
     return slabs[False], slabs[True], chosen
+
+
+def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], dict[int, float]], shown: set[int],
+                 frames: int, most: int, room: int, limit: int) -> tuple[int, int, list[tuple]]:
+    """split's greedy loop when only facts offer lines (`offers`, not yet a heap), `room` a fact slab's
+    tokens for lines. Nothing is offered again once passed, so the heap's pops are the offers in
+    sorted order (by value per token, then rank: no two tie), read here from a sorted list."""
+    offers.sort(reverse=True)   # best last: taking one is a pop from the end
+    pop = list.pop
+    taken_pages, next_page, tokens, slabs = 0, 0, 0, 0
+    stale, page_value = True, 0.0
+    turns_on_page: dict[int, float] = {}
+    while taken_pages + slabs < frames:
+        if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
+            page_value, turns_on_page, stale = 0.0, {}, False
+            if next_page < len(pages):
+                turns_on_page = page_turns(pages[next_page].n)
+                page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+        best = None
+        while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
+            top = offers[-1]
+            needed = -(-(tokens + top[4]) // room)
+            if top[2] <= shown or needed > most or taken_pages + needed > frames:
+                pop(offers)
+                continue
+            best = top
+            break
+        if best is not None and best[3] / best[4] > page_value:
+            pop(offers)
+            tokens += best[4]
+            slabs = -(-tokens // room)
+            shown.update(best[2])
+            stale = not turns_on_page.keys().isdisjoint(best[2])
+        elif next_page < len(pages) and page_value > 0:
+            taken_pages += 1
+            next_page += 1
+            shown.update(turns_on_page)
+            stale = True
+        else:
+            break
+    return slabs, 0, []
 
 
 FACTS_TITLE = "[facts]"
@@ -744,10 +807,19 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
                limit: int = 0) -> list[list[tuple]]:
     """Facts (or excerpts) in order, first fit into at most `slabs` frames of page_tokens each, or of
     `limit` tokens (block and separator counted exactly); the empty slabs are not returned."""
+    return [slab for slab, _ in counted_slabs(session, ranked, slabs, title, limit)]
+
+
+def counted_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = FACTS_TITLE,
+                  limit: int = 0) -> list[tuple[list[tuple], int]]:
+    """pack_slabs, each slab with its exact tokens (separator included), as its check counted them."""
     limit = limit or session.page_tokens
     bins: list[list[tuple]] = [[] for _ in range(slabs)]
-    used = [session.render.line_tokens(title + SEPARATOR)] * slabs
-    room = limit - min(used, default=limit)   # the most any bin can still take: a line costing more is passed over
+    free = [limit - session.render.line_tokens(title + SEPARATOR)] * slabs   # what each bin can still take
+    # most[b]: the most any of bins 0..b can take (never falling with b), so the first bin a line fits is
+    # bisect_left(most, cost) and the most any bin can take is most[-1]
+    most = list(itertools.accumulate(free, max))
+    room = most[-1] if slabs else 0   # a line costing more is passed over
     costs = session.render.known_lines()
     for item in ranked:
         if room < 2:
@@ -760,16 +832,24 @@ def pack_slabs(session: Session, ranked: list[tuple], slabs: int, title: str = F
         cost += 1
         if cost > room:
             continue
-        for b in range(slabs):
-            if used[b] + cost <= limit:
-                bins[b].append(item)
-                used[b] += cost
-                room = limit - min(used)
+        b = bisect.bisect_left(most, cost)   # first fit
+        bins[b].append(item)
+        free[b] -= cost
+        for j in range(b, slabs):   # most[j] falls only as far as the bins up to j allow
+            held = max(most[j - 1], free[j]) if j else free[j]
+            if held == most[j]:
                 break
+            most[j] = held
+        room = most[-1]
+    out = []
     for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
-        while slab and slab_tokens(session, slab) > limit:
+        tokens = slab_tokens(session, slab) if slab else 0
+        while tokens > limit:
             slab.pop()
-    return [slab for slab in bins if slab]
+            tokens = slab_tokens(session, slab) if slab else 0
+        if slab:
+            out.append((slab, tokens))
+    return out
 
 
 def assemble(session: Session, message: str, prefix: str, budget: int, map_reserve: int,

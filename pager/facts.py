@@ -128,9 +128,15 @@ class Facts:
         the facts dated inside `span` (the dates the query names, search.date_range), the page search's
         date signal at its weight; superseded facts are kept but rank below the current ones unless the
         query asks for the past."""
+        order, scores = self.scored(query, query_vector, k, span, vector_weight)
+        return [(self.items[i], score) for i, score in zip(order.tolist(), scores)]
+
+    def scored(self, query: str, query_vector: np.ndarray | None = None, k: int = 50,
+               span: tuple[float, float] | None = None, vector_weight: float = 0.5) -> tuple[np.ndarray, list[float]]:
+        """search's answer as (the facts' places in items, their scores rounded as search gives them)."""
         if not self.items:
-            return []
-        wanted = set(terms(query))
+            return np.zeros(0, dtype=np.int64), []
+        wanted = query_terms(query)
         n = len(self.items)
         arrays = self._arrays()
         scores = np.zeros(n, dtype=np.float64)
@@ -149,7 +155,7 @@ class Facts:
             scores[arrays["superseded"]] *= SUPERSEDED_WEIGHT
         order = best_first(scores, k)
         order = order[scores[order] > 0]
-        return [(self.items[i], round(score, 4)) for i, score in zip(order.tolist(), scores[order].tolist())]
+        return order, [round(score, 4) for score in scores[order].tolist()]
 
     def _arrays(self) -> dict:
         """BM25 postings, lengths, the vectors as one matrix and which facts are superseded, rebuilt
@@ -227,6 +233,18 @@ class Recorded:
                 self.given.add(i)
                 out.append(Draft(subject, text, turns))
         return out
+
+
+def query_terms(query: str) -> frozenset[str]:
+    """The BM25 terms of a query, as a set, kept for the last query: the facts and the summaries are
+    searched for the same message."""
+    global _QUERY_TERMS
+    if _QUERY_TERMS[0] != query:
+        _QUERY_TERMS = (query, frozenset(terms(query)))
+    return _QUERY_TERMS[1]
+
+
+_QUERY_TERMS: tuple[str | None, frozenset[str]] = (None, frozenset())
 
 
 def best_first(scores: np.ndarray, k: int) -> np.ndarray:

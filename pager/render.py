@@ -23,6 +23,9 @@ def starts_clean(body: str) -> bool:
     return bool(body) and not body[0].isspace() and body[0] != "/"
 
 
+_SUMMED = {"\n": 0, "\n\n": 0, "": 1}   # the separators after a block's last line list_tokens sums shares for: less this
+
+
 class Renderer:
     def __init__(self, session: "Session") -> None:
         self.s = session
@@ -30,6 +33,7 @@ class Renderer:
         self._keyword_costs: dict[str, int] = {}
         self._block_costs: dict[int, tuple[str, int]] = {}
         self._line_costs: dict[str, int] = {}
+        self._line_shares: dict[str, int] = {}   # line → line_share
         self._body_costs: dict[int, tuple[str, int, int]] = {}
         self._blocks: dict[int, tuple[tuple[str, ...], str, str, int]] = {}   # n → (bookmarks shown, separator, block, tokens)
         self._map_count: tuple[str, int] | None = None
@@ -278,14 +282,41 @@ class Renderer:
         character (a newline only ends a pre-token, or joins whitespace before it, or, in o200k, a
         "/" after it), and BPE never merges across pre-tokens. Any other line makes it count the
         whole text."""
-        if not all(map(starts_clean, lines)):
-            return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
         if not lines:
             return self.line_tokens(title + separator)
+        if separator in _SUMMED:   # each line's share known once (line_share): one lookup per line
+            shares = self._line_shares
+            total = 0
+            for line in lines:
+                share = shares.get(line)
+                if share is None:
+                    share = self.line_share(line)
+                if not share:
+                    break
+                total += share
+            else:
+                return self.line_tokens(title + "\n") + total - _SUMMED[separator]
+        if not all(map(starts_clean, lines)):
+            return self.s.tokenizer.count("\n".join([title, *lines]) + separator)
         cost = self.line_tokens(title + "\n") + self._with_suffix(lines[-1], separator)
         for line in lines[:-1]:
             cost += self._with_suffix(line, "\n")
         return cost
+
+    def line_share(self, line: str) -> int:
+        """What a line adds to a block that list_tokens counts, the same wherever it stands (its tokens and
+        one for the newline or separator after it; one fewer when it is last with nothing after it), or 0
+        when that does not hold: it does not start clean, or a newline or separator after it is not one
+        token of its own. Kept per line, so that a block of lines seen before is summed from one lookup each."""
+        share = self._line_shares.get(line)
+        if share is None:
+            own = self.line_tokens(line)
+            regular = (starts_clean(line) and self._with_suffix(line, "\n") == own + 1
+                       and self._with_suffix(line, "\n\n") == own + 1)
+            if len(self._line_shares) > 100_000:
+                self._line_shares.clear()
+            share = self._line_shares[line] = own + 1 if regular else 0
+        return share
 
     def _with_suffix(self, line: str, suffix: str) -> int:
         """Tokens of line + suffix (a newline, a separator), cached like line_tokens; from the line's own

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .facts import best_first, held_turns
+from .facts import best_first, held_turns, query_terms
 from .search import QUOTE, piece_kind, similarities, terms
 
 ROLLING = "rolling"
@@ -139,7 +139,7 @@ class Summaries:
         live = arrays["live"]
         if not live:
             return []
-        wanted = set(terms(query))
+        wanted = query_terms(query)
         n, df = len(live), arrays["df"]
         scores = np.zeros(n, dtype=np.float64)
         for w in wanted:

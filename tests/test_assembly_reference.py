@@ -117,6 +117,25 @@ def test_lines_that_start_clean_count_as_the_sum_of_their_lines(title, lines, se
     assert counted.list_tokens(title, clean, separator) == tokenizer.count("\n".join([title, *clean]) + separator)
 
 
+@settings(max_examples=300, deadline=None)
+@given(title=st.text(alphabet=alphabet, max_size=20), lines=st.lists(st.text(alphabet=alphabet, max_size=60), max_size=6),
+       encoding=st.sampled_from(["cl100k_base", "o200k_base"]))
+def test_a_lines_kept_share_counts_it_wherever_it_stands(title, lines, encoding):
+    """Renderer.line_share keeps what a line adds to a block once; the same renderer then counts the
+    same lines in other orders, last or not, after each separator, and each count is the whole's."""
+    from types import SimpleNamespace
+
+    from pager.tokens import get_tokenizer
+
+    tokenizer = get_tokenizer(encoding)
+    renderer = Renderer(SimpleNamespace(tokenizer=tokenizer))
+    lines = ["- " + line for line in lines]
+    for order in (lines, lines[::-1], lines[1:] + lines[:1]):
+        for separator in ("\n\n", "\n", ""):
+            assert renderer.list_tokens(title, order, separator) == \
+                tokenizer.count("\n".join([title, *order]) + separator), (order, separator)
+
+
 def test_the_open_tails_count_follows_the_tail(tmp_path):
     """The open tail's block count is kept while its block is the same (each step of a turn shows it):
     a turn added to the tail is counted with it."""
