@@ -87,13 +87,17 @@ class Layer:
 
 
 class OneThread:
-    """numpy's BLAS on one thread while the encoder runs (threadpoolctl; without it, as numpy has it).
+    """numpy's BLAS on one thread from the encoder's first call on, for the rest of the process (threadpoolctl;
+    without it, as numpy has it).
 
     The layers are small products (a query is ~12 word pieces by 384), for which BLAS's second thread
     costs more in hand-over than it gives, and on a machine whose other core is busy (the ingest's
     packing, another process) it waits for that core: per query 11 ms on one thread against 29 ms on
-    two, and 112 turns/s against 67, at load ~4 on 2 cores (BENCHMARKS.md, "A sentence encoder
-    offline"). The limit is the process's while it holds, and is given back after each call."""
+    two, and 112 turns/s against 67, at load ~4 on 2 cores. The limit is kept, not given back after
+    each call: given back, OpenBLAS's second thread woke with the next product outside the encoder and
+    spun beside it, as much CPU as the encoder's own (appends of 50 turns at 25-28 turns per CPU second
+    against 93 with the limit kept, after appends beside `bench scale`'s reference; BENCHMARKS.md, "A
+    sentence encoder offline")."""
 
     def __init__(self) -> None:
         try:
@@ -106,17 +110,13 @@ class OneThread:
         self._limit = None
 
     def __enter__(self) -> None:
-        self._held.acquire()   # one limit at a time: nested limits would give back each other's
-        if self._controller is not None:
-            self._limit = self._controller.limit(limits=1, user_api="blas")
+        if self._limit is None and self._controller is not None:
+            with self._held:
+                if self._limit is None:
+                    self._limit = self._controller.limit(limits=1, user_api="blas")
 
     def __exit__(self, *exc) -> None:
-        try:
-            if self._limit is not None:
-                self._limit.restore_original_limits()
-                self._limit = None
-        finally:
-            self._held.release()
+        pass
 
 
 class MiniLM:
