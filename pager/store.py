@@ -207,6 +207,59 @@ def _page_from(row: dict) -> Page:
     )
 
 
+class PageColumns:
+    """A session's stored pages as Arrow columns, in page order: the page table's sizes read as arrays, and
+    each Page decoded from its row only when asked for (`page`, `pages`). Immutable, as the pages are."""
+
+    def __init__(self, user: str, session: str, table) -> None:
+        self.user, self.session, self.table = user, session, table
+        self.n = table.column("n").to_numpy() if table is not None else np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    def tokens(self) -> np.ndarray:
+        return self.table.column("tokens").to_numpy() if len(self) else np.zeros(0, dtype=np.int64)
+
+    def importance(self) -> np.ndarray:
+        return self.table.column("importance").to_numpy() if len(self) else np.zeros(0)
+
+    def of_page(self, n: int) -> list[str]:
+        """Page n's automatic keywords (bookmarks.PageKeywords)."""
+        return self.table.column("keywords")[n - 1].as_py() or []
+
+    def postings(self) -> list[tuple[str, np.ndarray]]:
+        """Each automatic keyword and the pages it is one of, in page order (bookmarks.PageKeywords)."""
+        if not len(self):
+            return []
+        import pyarrow.compute as pc
+
+        column = self.table.column("keywords").combine_chunks()
+        rows = pc.list_parent_indices(column).to_numpy()
+        words = pc.list_flatten(column).dictionary_encode()
+        codes = words.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")   # each keyword's rows stay in page order
+        bounds = np.searchsorted(codes[order], np.arange(len(words.dictionary) + 1))
+        pages = self.n[rows[order]]
+        return [(word, pages[bounds[i]:bounds[i + 1]]) for i, word in enumerate(words.dictionary.to_pylist())]
+
+    def __getitem__(self, i: int) -> Page:
+        """The page of row i (from the end if negative), as Index.fits reads a list of pages."""
+        i = i + len(self) if i < 0 else i
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.pages(i, i + 1)[0]
+
+    def pages(self, start: int, stop: int) -> list[Page]:
+        """Rows start..stop-1 as Pages, decoded together."""
+        rows = self.table.slice(start, stop - start).to_pylist()
+        return [_page_from({**r, "user": self.user, "session": self.session}) for r in rows]
+
+    def head(self, k: int) -> "PageColumns":
+        """The first k rows."""
+        return self if k >= len(self) else PageColumns(self.user, self.session, self.table.slice(0, k))
+
+
 class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
@@ -552,6 +605,10 @@ class LanceStore:
     def _rows(self, name: str, user: str, session: str, extra=None, columns=None) -> list[dict]:
         if name not in self._tables:
             return []  # a read-only open of a store that never had this table
+        return self._read(name, user, session, extra, columns, lambda query: query.to_list())
+
+    def _read(self, name: str, user: str, session: str, extra, columns, fetch):
+        """One filtered read of a table, as fetch(query) returns it (rows or an Arrow table)."""
         where = self._where(user, session)
         if extra is not None:
             where = where & extra
@@ -560,7 +617,7 @@ class LanceStore:
             if columns:
                 query = query.select(columns)
             try:
-                return query.limit(None).to_list()
+                return fetch(query.limit(None))
             except (OSError, RuntimeError, ValueError) as exc:
                 if unreachable(exc):
                     raise self._unavailable(exc) from exc
@@ -601,6 +658,24 @@ class LanceStore:
         vectors = ([np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
                    if with_vectors else [])
         return [_page_from(r) for r in rows], vectors
+
+    def page_columns(self, user: str, session: str) -> "PageColumns":
+        """The session's pages as Arrow columns, none decoded (the open of a large session: a Page is made
+        when first touched, Session.pages); without their vectors, in page order, a page written twice kept once."""
+        columns = [c for c in self.PAGE_COLUMNS if c not in ("user", "session")]
+        if "pages" not in self._tables:
+            return PageColumns(user, session, None)
+        if "piece_tokens" in self._tables["pages"].schema.names:
+            columns.append("piece_tokens")
+        table = self._read("pages", user, session, None, columns, lambda query: query.to_arrow())
+        table = table.combine_chunks()
+        n = table.column("n").to_numpy()
+        if len(n) > 1 and not (n[1:] > n[:-1]).all():   # rows not in page order, or a page twice
+            order = np.argsort(n, kind="stable")
+            ordered = n[order]
+            last = np.append(ordered[1:] != ordered[:-1], True)   # the last row of each page, as pages() keeps it
+            table = table.take(order[last])
+        return PageColumns(user, session, table)
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:
         rows = self._rows("bookmarks", user, session)
