@@ -341,7 +341,10 @@ class Directory:
                 parts.setdefault(alias, []).append(pages)
         index = self._index
         for alias, held in parts.items():
-            index[alias] = set(np.unique(np.concatenate(held)).tolist())
+            pages = np.asarray(held[0]) if len(held) == 1 else np.sort(np.concatenate(held))   # in page order
+            once = np.ones(len(pages), dtype=bool)
+            once[1:] = pages[1:] != pages[:-1]   # a page holding the keyword twice, or two of the alias's
+            index[alias] = set(pages[once].tolist())
         waiting, self._waiting = self._waiting, []
         for keywords, pages in waiting:
             self._index_add(keywords, pages)

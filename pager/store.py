@@ -237,7 +237,9 @@ class PageColumns:
         column = self.table.column("keywords").combine_chunks()
         rows = pc.list_parent_indices(column).to_numpy()
         words = pc.list_flatten(column).dictionary_encode()
-        codes = words.indices.to_numpy(zero_copy_only=False)
+        codes = words.indices.to_numpy()
+        if len(words.dictionary) < 2**16:   # a stable sort of 16-bit keys is a radix sort
+            codes = codes.astype(np.uint16)
         order = np.argsort(codes, kind="stable")   # each keyword's rows stay in page order
         bounds = np.searchsorted(codes[order], np.arange(len(words.dictionary) + 1))
         pages = self.n[rows[order]]
