@@ -174,6 +174,19 @@ class Pages(MutableMapping[int, Page]):
     def items(self) -> Iterator[tuple[int, Page]]:   # type: ignore[override]
         return ((p.n, p) for p in self.values())
 
+    def holding(self, turns: set[int]) -> dict[int, tuple[list[int], float]]:
+        """turn → (the pages holding it, in order; the first one's ts_last), for the turns asked about. Of
+        the stored pages only those whose run of turns takes one in are read (store.PageColumns.holding)."""
+        stored = self._stored
+        candidates = stored.holding(turns) if hasattr(stored, "holding") else range(1, self._count + 1)
+        out: dict[int, tuple[list[int], float]] = {}
+        for n in [*candidates, *(n for n in self._made if n > self._count)]:
+            page = self[n]
+            for turn, _, _ in page.spans:
+                if turn in turns:
+                    out.setdefault(turn, ([], page.ts_last))[0].append(n)
+        return out
+
     def decoded(self) -> int:
         """How many stored pages have been made into Page objects."""
         return sum(1 for n in self._made if n <= self._count)

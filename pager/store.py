@@ -224,6 +224,15 @@ class PageColumns:
     def importance(self) -> np.ndarray:
         return self.table.column("importance").to_numpy() if len(self) else np.zeros(0)
 
+    def holding(self, turns: Iterable[int]) -> list[int]:
+        """The pages whose run of turns (first_turn..last_turn) takes in one of these turns, in order: those
+        that may hold one (Pages.holding reads their spans)."""
+        first, last = self.table.column("first_turn").to_numpy(), self.table.column("last_turn").to_numpy()
+        found: set[int] = set()
+        for t in turns:
+            found.update(self.n[int(np.searchsorted(last, t, "left")):int(np.searchsorted(first, t, "right"))].tolist())
+        return sorted(found)
+
     def of_page(self, n: int) -> list[str]:
         """Page n's automatic keywords (bookmarks.PageKeywords)."""
         return self.table.column("keywords")[n - 1].as_py() or []
@@ -664,7 +673,7 @@ class LanceStore:
     def page_columns(self, user: str, session: str) -> "PageColumns":
         """The session's pages as Arrow columns, none decoded (the open of a large session: a Page is made
         when first touched, Session.pages); without their vectors, in page order, a page written twice kept once."""
-        columns = [c for c in self.PAGE_COLUMNS if c not in ("user", "session")]
+        columns = [c for c in self.PAGE_COLUMNS if c not in ("user", "session")] + ["first_turn", "last_turn"]
         if "pages" not in self._tables:
             return PageColumns(user, session, None)
         if "piece_tokens" in self._tables["pages"].schema.names:

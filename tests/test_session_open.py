@@ -97,3 +97,18 @@ def test_a_page_another_process_seals_is_seen_after_sync(config):
         assert session.tail_n == sb.tail_n
         assert [session.pages[n].__dict__ for n in range(1, sb.tail_n)] == [sb.pages[n].__dict__
                                                                              for n in range(1, sb.tail_n)]
+
+
+def test_the_pages_holding_turns_are_found_without_reading_the_others(config):
+    _written(config)
+    with Home(config, embedder=HashEmbedder()) as home:
+        session = home.open("s")
+        eager, _ = home.store.pages(session.user, "s", with_vectors=False)
+        wanted = {1, 2, eager[4].last_turn, eager[-1].first_turn, eager[-1].last_turn + 50}
+        expected: dict = {}
+        for page in eager:
+            for turn, _, _ in page.spans:
+                if turn in wanted:
+                    expected.setdefault(turn, ([], page.ts_last))[0].append(page.n)
+        assert session.pages.holding(wanted) == expected and len(expected) == 4
+        assert session.pages.decoded() <= 8 < len(eager)
