@@ -341,13 +341,13 @@ class Directory:
                 parts.setdefault(alias, []).append(pages)
         index = self._index
         for alias, held in parts.items():
-            pages = np.asarray(held[0]) if len(held) == 1 else np.sort(np.concatenate(held))   # in page order
-            once = np.ones(len(pages), dtype=bool)
-            once[1:] = pages[1:] != pages[:-1]   # a page holding the keyword twice, or two of the alias's
-            index[alias] = set(pages[once].tolist())
+            ordered = np.asarray(held[0]) if len(held) == 1 else np.sort(np.concatenate(held))   # in page order
+            once = np.ones(len(ordered), dtype=bool)
+            once[1:] = ordered[1:] != ordered[:-1]   # a page holding the keyword twice, or two of the alias's
+            index[alias] = set(ordered[once].tolist())
         waiting, self._waiting = self._waiting, []
-        for keywords, pages in waiting:
-            self._index_add(keywords, pages)
+        for keywords, numbers in waiting:
+            self._index_add(keywords, numbers)
 
     def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
             uid: str = "", first: bool = False) -> None:
