@@ -12,6 +12,7 @@ a multi-word name also answers to its head word ("Alpha module" → "alpha").
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -288,6 +289,7 @@ class Directory:
         self._unplaced = False                      # the alias index does not hold them yet
         self._waiting: list[tuple] = []             # (keywords, pages) added meanwhile, in order
         self._every = False                         # _by_page holds every page's keywords
+        self._placing = threading.Lock()
 
     @classmethod
     def of(cls, marks: Iterable["Bookmark"], pages: Iterable = ()) -> "Directory":
@@ -317,7 +319,9 @@ class Directory:
     @property
     def index(self) -> dict[str, set[int]]:
         if self._unplaced:
-            self._place()
+            with self._placing:   # a reader thread and the writer may both be first
+                if self._unplaced:
+                    self._place()
         return self._index
 
     def _read(self, n: int) -> list[str]:
@@ -334,7 +338,6 @@ class Directory:
     def _place(self) -> None:
         """Every page's own keywords into the alias index, each alias's pages inserted in page order as
         page-by-page adds insert them, then what was added meanwhile."""
-        self._unplaced = False
         parts: dict[str, list] = {}
         for keyword, pages in self._own.postings() if self._own is not None else ():
             for alias in aliases(keyword):
@@ -345,9 +348,9 @@ class Directory:
             once = np.ones(len(ordered), dtype=bool)
             once[1:] = ordered[1:] != ordered[:-1]   # a page holding the keyword twice, or two of the alias's
             index[alias] = set(ordered[once].tolist())
-        waiting, self._waiting = self._waiting, []
-        for keywords, numbers in waiting:
+        for keywords, numbers in self._waiting:
             self._index_add(keywords, numbers)
+        self._waiting, self._unplaced = [], False
 
     def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
             uid: str = "", first: bool = False) -> None:
@@ -365,9 +368,11 @@ class Directory:
             if note:
                 self.notes.setdefault(n, []).append(note)
         if self._unplaced:
-            self._waiting.append((keywords, pages))
-        else:
-            self._index_add(keywords, pages)
+            with self._placing:
+                if self._unplaced:
+                    self._waiting.append((keywords, pages))
+                    return
+        self._index_add(keywords, pages)
 
     def _index_add(self, keywords, pages) -> None:
         index = self._index

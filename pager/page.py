@@ -138,7 +138,7 @@ class Pages(MutableMapping[int, Page]):
             if not (isinstance(n, Integral) and 1 <= n <= self._count):
                 raise KeyError(n)
             n = int(n)
-            page = self._made[n] = self._decode(n - 1, n)[0]
+            page = self._made.setdefault(n, self._decode(n - 1, n)[0])
         return page
 
     def _decode(self, start: int, stop: int) -> list[Page]:

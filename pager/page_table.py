@@ -55,7 +55,8 @@ class PageTable(MutableMapping[int, Entry]):
             if not (isinstance(n, Integral) and 1 <= n <= self._count):
                 raise KeyError(n)
             n = int(n)
-            entry = self._entries[n] = Entry(n, int(self._tokens[n - 1]), importance=float(self._importance[n - 1]))
+            # setdefault: two threads making one entry both get the one kept
+            entry = self._entries.setdefault(n, Entry(n, int(self._tokens[n - 1]), importance=float(self._importance[n - 1])))
         return entry
 
     def __setitem__(self, n: int, entry: Entry) -> None:
