@@ -209,7 +209,8 @@ def _page_from(row: dict) -> Page:
 
 class PageColumns:
     """A session's stored pages as Arrow columns, in page order: the page table's sizes read as arrays, and
-    each Page decoded from its row only when asked for (`page`, `pages`). Immutable, as the pages are."""
+    each Page decoded from its row only when asked for (`pages`, or one row by its index). Immutable, as the
+    pages are: read once at the open, it holds what the store held then (pages sealed later are the session's)."""
 
     def __init__(self, user: str, session: str, table) -> None:
         self.user, self.session, self.table = user, session, table
@@ -228,6 +229,8 @@ class PageColumns:
     def holding(self, turns: Iterable[int]) -> list[int]:
         """The pages whose run of turns (first_turn..last_turn) takes in one of these turns, in order: those
         that may hold one (Pages.holding reads their spans)."""
+        if not len(self):
+            return []
         first, last = self.table.column("first_turn").to_numpy(), self.table.column("last_turn").to_numpy()
         found: set[int] = set()
         for t in turns:
