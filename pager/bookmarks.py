@@ -12,10 +12,11 @@ a multi-word name also answers to its head word ("Alpha module" → "alpha").
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -247,26 +248,109 @@ class Bookmark:
                    d.get("source", "auto"), d.get("uid", ""), float(d.get("ts", 0.0)))
 
 
-@dataclass
-class Directory:
-    """A session's bookmarks, indexed by every alias of every keyword."""
+class PageKeywords:
+    """The automatic keywords of pages p1..pk, in page order (a list of each page's); what a directory
+    opens with. store.PageColumns keeps the same two reads over its Arrow column."""
 
-    by_page: dict[int, list[str]] = field(default_factory=dict)
-    notes: dict[int, list[str]] = field(default_factory=dict)
-    index: dict[str, set[int]] = field(default_factory=dict)
-    uids: set[str] = field(default_factory=set)
-    _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    def __init__(self, keywords: Sequence[Sequence[str] | None]) -> None:
+        self.rows = keywords
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def of_page(self, n: int) -> Sequence[str]:
+        return self.rows[n - 1] or ()
+
+    def postings(self) -> Iterable[tuple[str, Sequence[int]]]:
+        """Each keyword and the pages it is one of, in page order."""
+        out: dict[str, list[int]] = {}
+        for n, keywords in enumerate(self.rows, 1):
+            for keyword in keywords or ():
+                out.setdefault(keyword, []).append(n)
+        return out.items()
+
+
+class Directory:
+    """A session's bookmarks, indexed by every alias of every keyword.
+
+    A directory opens with its pages' own keywords (`opened`): the keywords of page n are read from them
+    when first asked for, and the alias index is made from each distinct keyword's pages when first read,
+    not page by page (a large session's are 10^5 pages of them). Bookmarks added before that wait behind
+    the pages' keywords, so the index read is the one adding every page's keywords, then each bookmark,
+    would make."""
+
+    def __init__(self) -> None:
+        self._by_page: dict[int, list[str]] = {}   # the pages whose keywords were read or changed
+        self.notes: dict[int, list[str]] = {}
+        self._index: dict[str, set[int]] = {}
+        self.uids: set[str] = set()
+        self._arrays: dict[str, np.ndarray] = {}
+        self._own: PageKeywords | None = None      # the pages' own keywords (pages 1..len)
+        self._unplaced = False                      # the alias index does not hold them yet
+        self._waiting: list[tuple] = []             # (keywords, pages) added meanwhile, in order
+        self._every = False                         # _by_page holds every page's keywords
+        self._placing = threading.Lock()
 
     @classmethod
     def of(cls, marks: Iterable["Bookmark"], pages: Iterable = ()) -> "Directory":
         """The directory a session opens with: its pages' own keywords, in page order, then its stored
-        bookmarks in their order."""
+        bookmarks in their order (pages: p1..pk, each with its keywords)."""
+        return cls.opened(marks, PageKeywords([page.keywords for page in pages]))
+
+    @classmethod
+    def opened(cls, marks: Iterable["Bookmark"], own) -> "Directory":
+        """`of`, the pages' own keywords given as PageKeywords (or store.PageColumns)."""
         directory = cls()
-        for page in pages:
-            directory.add(page.keywords, [page.n])
+        directory._own, directory._unplaced = own, True
         for mark in marks:
             directory.add(mark.keywords, mark.pages, mark.note, mark.uid, first=mark.source != "auto")
         return directory
+
+    @property
+    def by_page(self) -> dict[int, list[str]]:
+        """page → its keywords, every page (reads every page's own keywords)."""
+        if not self._every:
+            self._every = True
+            made = self._by_page
+            every = {n: made[n] if n in made else self._read(n) for n in range(1, len(self._own or ()) + 1)}
+            self._by_page = {**every, **made}
+        return self._by_page
+
+    @property
+    def index(self) -> dict[str, set[int]]:
+        if self._unplaced:
+            with self._placing:   # a reader thread and the writer may both be first
+                if self._unplaced:
+                    self._place()
+        return self._index
+
+    def _read(self, n: int) -> list[str]:
+        own = self._own
+        return list(dict.fromkeys(own.of_page(n))) if own is not None and 1 <= n <= len(own) else []
+
+    def _keywords_of(self, n: int) -> list[str]:
+        """Page n's keywords, held to be changed."""
+        have = self._by_page.get(n)
+        if have is None:
+            have = self._by_page[n] = self._read(n)
+        return have
+
+    def _place(self) -> None:
+        """Every page's own keywords into the alias index, each alias's pages inserted in page order as
+        page-by-page adds insert them, then what was added meanwhile."""
+        parts: dict[str, list] = {}
+        for keyword, pages in self._own.postings() if self._own is not None else ():
+            for alias in aliases(keyword):
+                parts.setdefault(alias, []).append(pages)
+        index = self._index
+        for alias, held in parts.items():
+            ordered = np.asarray(held[0]) if len(held) == 1 else np.sort(np.concatenate(held))   # in page order
+            once = np.ones(len(ordered), dtype=bool)
+            once[1:] = ordered[1:] != ordered[:-1]   # a page holding the keyword twice, or two of the alias's
+            index[alias] = set(ordered[once].tolist())
+        for keywords, numbers in self._waiting:
+            self._index_add(keywords, numbers)
+        self._waiting, self._unplaced = [], False
 
     def add(self, keywords: tuple[str, ...] | list[str], pages: tuple[int, ...] | list[int], note: str = "",
             uid: str = "", first: bool = False) -> None:
@@ -276,16 +360,25 @@ class Directory:
                 return
             self.uids.add(uid)
         for n in pages:
-            have = self.by_page.setdefault(n, [])
+            have = self._keywords_of(n)
             if first:
-                self.by_page[n] = list(dict.fromkeys([*keywords, *have]))
+                self._by_page[n] = list(dict.fromkeys([*keywords, *have]))
             else:
                 have.extend(k for k in keywords if k not in have)
             if note:
                 self.notes.setdefault(n, []).append(note)
+        if self._unplaced:
+            with self._placing:
+                if self._unplaced:
+                    self._waiting.append((keywords, pages))
+                    return
+        self._index_add(keywords, pages)
+
+    def _index_add(self, keywords, pages) -> None:
+        index = self._index
         for keyword in keywords:
             for alias in aliases(keyword):
-                self.index.setdefault(alias, set()).update(pages)
+                index.setdefault(alias, set()).update(pages)
 
     def lookup(self, keyword: str) -> set[int]:
         key = normalize(keyword)
@@ -296,7 +389,8 @@ class Directory:
         return found
 
     def keywords(self, n: int) -> list[str]:
-        return self.by_page.get(n, [])
+        have = self._by_page.get(n)
+        return have if have is not None else self._read(n)
 
     def matches(self, query: str, longest: int = 4) -> tuple[np.ndarray, np.ndarray]:
         """Pages whose keywords occur in the query, weighted by how specific the keyword is: (pages,

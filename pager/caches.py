@@ -90,7 +90,7 @@ class Caches:
         last, generation = h.locks.counts(s)
         if last != s.turn_count or len(s.index) != len(s.pages) or not s.begun:
             return  # turns of other processes not taken in, or nothing to keep
-        pages = [s.pages[n] for n in sorted(s.pages)]
+        pages = list(s.pages.values())   # in page order; the stored ones not yet made decoded in batches
         after = pages[-1].spans[-1][0] - 1 if pages else 0
         whole = h.store.turns(s.user, s.name) if s.turn_count <= WHOLE_TURNS else None
         tail = [t for t in whole if t.turn > after] if whole is not None else h.store.turns(s.user, s.name, after=after)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
+from numbers import Integral
 
 from .tokens import ASCII_LETTERS, Tokenizer, last_boundary, tail_start
 
@@ -113,6 +115,81 @@ class Page:
     @property
     def last_turn(self) -> int:
         return self.spans[-1][0] if self.spans else 0
+
+
+class Pages(MutableMapping[int, Page]):
+    """A session's sealed pages by number, p1..pk: the first `len(stored)` as the store holds them, each
+    decoded from its row (store.PageColumns, or a list of Pages) when first touched and kept; those
+    sealed since, kept as made. A session of 100K pages opens without making 100K objects.
+
+    Pages are never deleted nor replaced, and a session's pages run without a gap (Session._load keeps
+    only the gapless run p1..pk it read), so page n is row n - 1 of what was stored."""
+
+    BATCH = 512   # rows decoded together when the pages are read in order
+
+    def __init__(self, stored=()) -> None:
+        self._stored = stored
+        self._count = len(stored)
+        self._made: dict[int, Page] = {}
+
+    def __getitem__(self, n: int) -> Page:
+        page = self._made.get(n)
+        if page is None:
+            if not (isinstance(n, Integral) and 1 <= n <= self._count):
+                raise KeyError(n)
+            n = int(n)
+            page = self._made.setdefault(n, self._decode(n - 1, n)[0])
+        return page
+
+    def _decode(self, start: int, stop: int) -> list[Page]:
+        stored = self._stored
+        return stored.pages(start, stop) if hasattr(stored, "pages") else list(stored[start:stop])
+
+    def __setitem__(self, n: int, page: Page) -> None:
+        self._made[n] = page
+
+    def __delitem__(self, n: int) -> None:
+        raise TypeError("pages are never deleted")
+
+    def __contains__(self, n: object) -> bool:
+        return (isinstance(n, Integral) and 1 <= int(n) <= self._count) or n in self._made
+
+    def __len__(self) -> int:
+        return self._count + sum(1 for n in self._made if n > self._count)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(1, self._count + 1)
+        yield from (n for n in self._made if n > self._count)
+
+    def values(self) -> Iterator[Page]:   # type: ignore[override]
+        """Every page in order, decoding the stored ones not yet made BATCH rows at a time."""
+        for start in range(0, self._count, self.BATCH):
+            stop = min(start + self.BATCH, self._count)
+            if any(n not in self._made for n in range(start + 1, stop + 1)):
+                for page in self._decode(start, stop):
+                    self._made.setdefault(page.n, page)
+            yield from (self._made[n] for n in range(start + 1, stop + 1))
+        yield from (p for n, p in self._made.items() if n > self._count)
+
+    def items(self) -> Iterator[tuple[int, Page]]:   # type: ignore[override]
+        return ((p.n, p) for p in self.values())
+
+    def holding(self, turns: set[int]) -> dict[int, tuple[list[int], float]]:
+        """turn → (the pages holding it, in order; the first one's ts_last), for the turns asked about. Of
+        the stored pages only those whose run of turns takes one in are read (store.PageColumns.holding)."""
+        stored = self._stored
+        candidates = stored.holding(turns) if hasattr(stored, "holding") else range(1, self._count + 1)
+        out: dict[int, tuple[list[int], float]] = {}
+        for n in [*candidates, *(n for n in self._made if n > self._count)]:
+            page = self[n]
+            for turn, _, _ in page.spans:
+                if turn in turns:
+                    out.setdefault(turn, ([], page.ts_last))[0].append(n)
+        return out
+
+    def decoded(self) -> int:
+        """How many stored pages have been made into Page objects."""
+        return sum(1 for n in self._made if n <= self._count)
 
 
 def page_id(n: int) -> str:

@@ -84,6 +84,10 @@ class Paging:
         self.table[n] = entry
         return entry
 
+    def adopt_stored(self, tokens, importance) -> None:
+        """The entries of the pages a session opens with, p1..pk (their sizes as arrays), none used yet."""
+        self.table.adopt_stored(tokens, importance)
+
     def page_out(self, n: int) -> None:
         entry = self.table[n]
         if n == self.tail():
@@ -138,9 +142,9 @@ class Paging:
     def place_resident(self) -> None:
         """Put restored resident pages back in frames (new frame numbers if the count changed)."""
         tail_n = self.tail()
-        resident = sorted((e for e in self.table.values() if e.resident and e.n != tail_n),
-                          key=lambda e: (-e.pinned, -e.last_use))
-        for e in self.table.values():
+        made = self.table.touched()   # an entry never made is not resident
+        resident = sorted((e for e in made if e.resident and e.n != tail_n), key=lambda e: (-e.pinned, -e.last_use))
+        for e in made:
             e.resident, e.frame = False, -1
         self.frames.slots = [None] * self.frames.count
         tail = self.table.setdefault(tail_n, Entry(tail_n))

@@ -15,14 +15,15 @@ Pages are never deleted: eviction only changes residency.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, cast
 
+import numpy as np
 
 from . import bookmarks as bm
 from .errors import InputError, PageNotFound, StoreError
 from .intake import Intake, own_text
 from .memory_calls import MemoryCalls
-from .page import Packer, Page, Turn, page_id, parse_page_id
+from .page import Packer, Page, Pages, Turn, page_id, parse_page_id
 from .page_table import Entry
 from .paging import Paging
 from .policy import make_policy
@@ -30,7 +31,7 @@ from .render import Renderer
 from .retrieval import Retrieval
 from .search import Index
 from .state import Change
-from .store import Batch
+from .store import Batch, LanceStore, PageColumns
 from .tiers import Tiers
 from .trace import Events
 
@@ -65,7 +66,7 @@ class Session:
         # (a `settings` op in its journal frame), then kept in the stored state.
         self.page_tokens = int(state.get("page_tokens", cfg.page_tokens))
         self.settled = "page_tokens" in state
-        self.pages: dict[int, Page] = {}
+        self.pages: Pages = Pages()
         self.directory = bm.Directory()
         # a snapshot knows its vectors' size: a read-only open that embeds nothing loads no embedder
         self.index = Index(getattr(source, "dim", 0) or home.embedder.dim)
@@ -153,27 +154,24 @@ class Session:
     def _load(self, state: dict) -> None:
         store = self.source or self.home.store
         cached = self.home.cached_index(self)
-        pages, vectors = store.pages(self.user, self.name, with_vectors=cached is None)
-        # only the gapless run p1..pk is trusted; anything after a hole is sealed again from the turns
-        k = next((i for i, p in enumerate(pages) if p.n != i + 1), len(pages))
-        pages, vectors = pages[:k], vectors[:k]
+        stored = self._stored_pages(store) if cached is not None else None
         self.index_saved = -1  # the cache on disk is behind this index until it is written
-        if cached is not None and cached.fits(pages):
+        if cached is not None and stored is not None and cached.fits(cast(list, stored)):
             self.index = cached
             self.index_saved = len(cached)
-            for page in pages:
-                self._adopt(page)
-        else:
-            if cached is not None:  # the cache was for other pages: decode the vectors after all
-                pages, vectors = store.pages(self.user, self.name)
-                pages, vectors = pages[:k], vectors[:k]
-            for page, vector in zip(pages, vectors):
+        else:   # no cache, or one made of other pages: the pages and their vectors, indexed here
+            pages, vectors = store.pages(self.user, self.name)
+            k = next((i for i, p in enumerate(pages) if p.n != i + 1), len(pages))
+            stored = pages[:k]
+            for page, vector in zip(stored, vectors[:k]):
                 self.index.add(page, vector)
-                self._adopt(page)
-        self.directory = bm.Directory.of(store.bookmarks(self.user, self.name), pages)
-        self.packer.next_n = (pages[-1].n + 1) if pages else 1
-        if pages:  # the packer resumes where the last sealed page ended, maybe inside a turn
-            turn, _, end = pages[-1].spans[-1]
+        self.pages = Pages(stored)
+        self.paging.adopt_stored(*self._sizes(stored))
+        self.directory = bm.Directory.opened(store.bookmarks(self.user, self.name), self._keywords_of(stored))
+        count = len(stored)
+        self.packer.next_n = count + 1
+        if count:  # the packer resumes where the last sealed page ended, maybe inside a turn
+            turn, _, end = self.pages[count].spans[-1]
             self.turn_count, self.next_start = turn - 1, end
         resealed = self.tail_n
         self.intake.take(store.turns(self.user, self.name, after=self.turn_count))
@@ -188,9 +186,25 @@ class Session:
         self.calls.unwritten = sorted(owed)
         self.paging.restore(state)
 
-    def _adopt(self, page: Page) -> None:
-        self.pages[page.n] = page   # its keywords go into the directory the open makes (Directory.of)
-        self.paging.adopt(page.n, page.tokens, page.importance)
+    def _stored_pages(self, store) -> "PageColumns | list[Page]":
+        """The gapless run p1..pk of the pages the store holds, undecoded where the store keeps columns
+        (only that run is trusted: anything after a hole is sealed again from the turns)."""
+        if isinstance(store, LanceStore):
+            columns = store.page_columns(self.user, self.name)
+            holes = np.flatnonzero(columns.n != np.arange(1, len(columns) + 1))
+            return columns.head(int(holes[0]) if len(holes) else len(columns))
+        pages, _ = store.pages(self.user, self.name, with_vectors=False)
+        return pages[:next((i for i, p in enumerate(pages) if p.n != i + 1), len(pages))]
+
+    @staticmethod
+    def _sizes(stored: "PageColumns | list[Page]") -> tuple:
+        if isinstance(stored, PageColumns):
+            return stored.tokens(), stored.importance()
+        return [p.tokens for p in stored], [p.importance for p in stored]
+
+    @staticmethod
+    def _keywords_of(stored: "PageColumns | list[Page]"):
+        return stored if isinstance(stored, PageColumns) else bm.PageKeywords([p.keywords for p in stored])
 
     # -- turns in -------------------------------------------------------------------------------------
     def append(self, speaker: str, text: str, role: str = "user", date: str = "", ts: float | None = None,

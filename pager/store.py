@@ -220,6 +220,79 @@ def _page_from(row: dict) -> Page:
     )
 
 
+class PageColumns:
+    """A session's stored pages as Arrow columns, in page order: the page table's sizes read as arrays, and
+    each Page decoded from its row only when asked for (`pages`, or one row by its index). Immutable, as the
+    pages are: read once at the open, it holds what the store held then (pages sealed later are the session's)."""
+
+    def __init__(self, user: str, session: str, table) -> None:
+        self.user, self.session, self.table = user, session, table
+        self.n = table.column("n").to_numpy() if table is not None else np.zeros(0, dtype=np.int64)
+        self._columns: dict | None = None   # each column as one Arrow array, for rows read one at a time
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    def tokens(self) -> np.ndarray:
+        return self.table.column("tokens").to_numpy() if len(self) else np.zeros(0, dtype=np.int64)
+
+    def importance(self) -> np.ndarray:
+        return self.table.column("importance").to_numpy() if len(self) else np.zeros(0)
+
+    def holding(self, turns: Iterable[int]) -> list[int]:
+        """The pages whose run of turns (first_turn..last_turn) takes in one of these turns, in order: those
+        that may hold one (Pages.holding reads their spans)."""
+        if not len(self):
+            return []
+        first, last = self.table.column("first_turn").to_numpy(), self.table.column("last_turn").to_numpy()
+        found: set[int] = set()
+        for t in turns:
+            found.update(self.n[int(np.searchsorted(last, t, "left")):int(np.searchsorted(first, t, "right"))].tolist())
+        return sorted(found)
+
+    def of_page(self, n: int) -> list[str]:
+        """Page n's automatic keywords (bookmarks.PageKeywords)."""
+        return self.table.column("keywords")[n - 1].as_py() or []
+
+    def postings(self) -> list[tuple[str, np.ndarray]]:
+        """Each automatic keyword and the pages it is one of, in page order (bookmarks.PageKeywords)."""
+        if not len(self):
+            return []
+        import pyarrow.compute as pc
+
+        column = self.table.column("keywords").combine_chunks()
+        rows = pc.list_parent_indices(column).to_numpy()
+        words = pc.list_flatten(column).dictionary_encode()
+        codes = words.indices.to_numpy()
+        if len(words.dictionary) < 2**16:   # a stable sort of 16-bit keys is a radix sort
+            codes = codes.astype(np.uint16)
+        order = np.argsort(codes, kind="stable")   # each keyword's rows stay in page order
+        bounds = np.searchsorted(codes[order], np.arange(len(words.dictionary) + 1))
+        pages = self.n[rows[order]]
+        return [(word, pages[bounds[i]:bounds[i + 1]]) for i, word in enumerate(words.dictionary.to_pylist())]
+
+    def __getitem__(self, i: int) -> Page:
+        """The page of row i (from the end if negative), as Index.fits reads a list of pages."""
+        i = i + len(self) if i < 0 else i
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.pages(i, i + 1)[0]
+
+    def pages(self, start: int, stop: int) -> list[Page]:
+        """Rows start..stop-1 as Pages, decoded together (one row by its values: half the cost)."""
+        if stop - start == 1:
+            if self._columns is None:
+                self._columns = {name: self.table.column(name).combine_chunks() for name in self.table.column_names}
+            row = {name: column[start].as_py() for name, column in self._columns.items()}
+            return [_page_from({**row, "user": self.user, "session": self.session})]
+        rows = self.table.slice(start, stop - start).to_pylist()
+        return [_page_from({**r, "user": self.user, "session": self.session}) for r in rows]
+
+    def head(self, k: int) -> "PageColumns":
+        """The first k rows."""
+        return self if k >= len(self) else PageColumns(self.user, self.session, self.table.slice(0, k))
+
+
 class LanceStore:
     """LanceDB tables `turns`, `pages`, `bookmarks`, `states`, `state_changes` and `meta` under one URI."""
 
@@ -586,6 +659,10 @@ class LanceStore:
     def _rows(self, name: str, user: str, session: str, extra=None, columns=None) -> list[dict]:
         if name not in self._tables:
             return []  # a read-only open of a store that never had this table
+        return self._read(name, user, session, extra, columns, lambda query: query.to_list())
+
+    def _read(self, name: str, user: str, session: str, extra, columns, fetch):
+        """One filtered read of a table, as fetch(query) returns it (rows or an Arrow table)."""
         where = self._where(user, session)
         if extra is not None:
             where = where & extra
@@ -594,7 +671,7 @@ class LanceStore:
             if columns:
                 query = query.select(columns)
             try:
-                return query.limit(None).to_list()
+                return fetch(query.limit(None))
             except (OSError, RuntimeError, ValueError) as exc:
                 if unreachable(exc):
                     raise self._unavailable(exc) from exc
@@ -635,6 +712,24 @@ class LanceStore:
         vectors = ([np.frombuffer(r["pieces"], dtype=np.float16).astype(np.float32).reshape(-1, self.dim) for r in rows]
                    if with_vectors else [])
         return [_page_from(r) for r in rows], vectors
+
+    def page_columns(self, user: str, session: str) -> "PageColumns":
+        """The session's pages as Arrow columns, none decoded (the open of a large session: a Page is made
+        when first touched, Session.pages); without their vectors, in page order, a page written twice kept once."""
+        columns = [c for c in self.PAGE_COLUMNS if c not in ("user", "session")] + ["first_turn", "last_turn"]
+        if "pages" not in self._tables:
+            return PageColumns(user, session, None)
+        if "piece_tokens" in self._tables["pages"].schema.names:
+            columns.append("piece_tokens")
+        table = self._read("pages", user, session, None, columns, lambda query: query.to_arrow())
+        table = table.combine_chunks()
+        n = table.column("n").to_numpy()
+        if len(n) > 1 and not (n[1:] > n[:-1]).all():   # rows not in page order, or a page twice
+            order = np.argsort(n, kind="stable")
+            ordered = n[order]
+            last = np.append(ordered[1:] != ordered[:-1], True)   # the last row of each page, as pages() keeps it
+            table = table.take(order[last])
+        return PageColumns(user, session, table)
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:
         rows = self._rows("bookmarks", user, session)

@@ -304,11 +304,7 @@ class Tiers:
     def turn_pages(self, wanted: set[int]) -> dict[int, tuple[list[int], float]]:
         """turn → (the pages holding it, its timestamp), for the turns asked about."""
         s = self.session
-        out: dict[int, tuple[list[int], float]] = {}
-        for n, page in s.pages.items():
-            for turn, _, _ in page.spans:
-                if turn in wanted:
-                    out.setdefault(turn, ([], page.ts_last))[0].append(n)
+        out = s.pages.holding(wanted)
         for piece in s.packer.pieces:
             if piece.turn.turn in wanted:
                 out.setdefault(piece.turn.turn, ([], piece.turn.ts))[0].append(s.tail_n)
