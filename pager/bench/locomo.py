@@ -210,10 +210,11 @@ class Baselines:
 # -- vectors kept on disk across runs ---------------------------------------------------------------------
 class VectorCache:
     """An embedder's vectors kept in a file by the hash of the embedder's name and the text
-    (`--vector-cache PATH`): a second run over the same conversations embeds only what it had not.
-    With minilm the encoder is most of a run's cost (BENCHMARKS.md, "A sentence encoder offline"),
-    and a change to the search, measured on both halves of the split, is then a minute's run, not
-    ten. The vectors are the embedder's own, stored as float32: a cached run ranks as a fresh one."""
+    (`--vector-cache FILE`): a second run over the same conversations embeds only what it had not.
+    With minilm the encoder is most of a run's cost: on the development split a rerun took a quarter
+    of the first run's CPU (BENCHMARKS.md, "A sentence encoder offline"), so a change to the search
+    is measured on both halves of the split in minutes. The vectors are the embedder's own, stored
+    as float32: a cached run reports what a fresh one does."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
