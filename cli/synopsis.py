@@ -22,7 +22,7 @@ METAVARS = {"home": "DIR", "db": "URI", "session": "S", "model": "M", "bookmark_
             "key_id": "ID", "clients": "N", "shared": "N", "turns": "N", "alone_turns": "N", "earlier": "N",
             "max_body": "BYTES", "max_messages": "N", "max_append": "N", "timeout": "SECONDS", "idle": "SECONDS", "max_open": "N", "memory": "recorded|FILE",
             "sample_ids": "IDS", "api_base": "URL", "systems": "LIST", "tools_budget": "N", "tools_questions": "N", "tool_steps": "N",
-            "output_tokens": "N", "cache": "FILE", "traces": "DIR", "paging": "MODE",
+            "output_tokens": "N", "cache": "FILE", "vector_cache": "FILE", "traces": "DIR", "paging": "MODE",
             "memory_delay": "SECONDS", "session_pages": "N,M", "repeat": "N"}
 
 

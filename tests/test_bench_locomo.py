@@ -116,3 +116,48 @@ def test_a_failing_reranker_is_counted_in_the_report(monkeypatch):
                     recorded=observations, rerank_errors=failed)
     assert failed == ["ConnectionError: no rerank server on localhost:7997"] * 4, "each stage of each question, said"
     assert len(tallies["pager"].outcomes) == 2 and all(o.coverage is not None for o in tallies["pager"].outcomes)
+
+
+@pytest.mark.skipif(not LOCOMO.exists(), reason="needs ../shared/data/locomo (present in CI)")
+def test_a_vector_cache_makes_a_rerun_embed_nothing_and_report_the_same(tmp_path):
+    from pager.bench.locomo import VectorCache
+    from pager.embed import make_embedder
+
+    embedder = make_embedder("hash")
+    calls = []
+    embed = embedder.embed
+
+    def counted(texts):
+        calls.append(len(texts))
+        return embed(texts)
+
+    embedder.embed = counted
+    try:
+        path = tmp_path / "vectors.npz"
+        args = (LOCOMO, [1024], Config(embedder="hash"))
+        kw = dict(limit_conversations=1, limit_questions=20, progress=False, baselines=False)
+        plain = run(*args, **kw)
+        calls.clear()
+        first = run(*args, **kw, vector_cache=path)
+        assert sum(calls) > 0 and path.is_file()
+        held = VectorCache(path)
+        assert len(held.vectors) == sum(calls)   # each text embedded once, kept by its hash
+        calls.clear()
+        second = run(*args, **kw, vector_cache=path)
+        assert sum(calls) == 0, "a rerun over the same conversation embeds nothing"
+        for report in (first, second):
+            assert report["results"][0]["pager"]["recall"] == plain["results"][0]["pager"]["recall"]
+            assert report["results"][0]["pager"]["by_conversation"] == plain["results"][0]["pager"]["by_conversation"]
+        assert embedder.embed is counted, "the embedder is given back as it was"
+    finally:
+        del embedder.embed
+
+
+def test_a_file_that_is_no_vector_cache_is_refused(tmp_path):
+    from pager.bench.locomo import VectorCache
+    from pager.errors import InputError
+
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not vectors")
+    with pytest.raises(InputError, match="not a vector cache"):
+        VectorCache(bad)

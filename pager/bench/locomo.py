@@ -207,6 +207,72 @@ class Baselines:
         return chosen, tokens
 
 
+# -- vectors kept on disk across runs ---------------------------------------------------------------------
+class VectorCache:
+    """An embedder's vectors kept in a file by the hash of the embedder's name and the text
+    (`--vector-cache FILE`): a second run over the same conversations embeds only what it had not.
+    With minilm the encoder is most of a run's cost: on the development split a rerun took a quarter
+    of the first run's CPU (BENCHMARKS.md, "A sentence encoder offline"), so a change to the search
+    is measured on both halves of the split in minutes. The vectors are the embedder's own, stored
+    as float32: a cached run reports what a fresh one does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.vectors: dict[bytes, np.ndarray] = {}
+        self.added = 0
+        if self.path.is_file():
+            try:
+                with np.load(self.path) as held:
+                    self.vectors = {row.tobytes(): vector for row, vector in zip(held["keys"], held["vectors"])}
+            except (OSError, ValueError, KeyError) as exc:
+                from ..errors import InputError
+
+                raise InputError(f"--vector-cache {self.path} is not a vector cache ({exc}); remove it or name "
+                                 "another file") from None
+
+    @staticmethod
+    def key(name: str, text: str) -> bytes:
+        import hashlib
+
+        return hashlib.blake2b(f"{name}\0{text}".encode(), digest_size=16).digest()
+
+    def wrap(self, embedder) -> Callable[[], None]:
+        """Route embedder.embed through the cache; returns what puts the embedder back as it was."""
+        embed, name, vectors = embedder.embed, embedder.name, self.vectors
+
+        def cached(texts):
+            keys = [self.key(name, t) for t in texts]
+            missing = list(dict.fromkeys(k for k in keys if k not in vectors))
+            if missing:
+                where = {k: t for k, t in zip(keys, texts)}
+                for k, v in zip(missing, embed([where[k] for k in missing])):
+                    vectors[k] = np.asarray(v, dtype=np.float32)
+                self.added += len(missing)
+            if not keys:
+                return embed(texts)
+            return np.stack([vectors[k] for k in keys])
+
+        own = embedder.__dict__.get("embed")   # an embed set on the instance itself, given back as it was
+
+        def restore() -> None:
+            if own is None:
+                embedder.__dict__.pop("embed", None)
+            else:
+                embedder.embed = own
+
+        embedder.embed = cached
+        return restore
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        keys = list(self.vectors)
+        temporary = self.path.with_name(self.path.name + ".part.npz")
+        np.savez(temporary, keys=np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 16),
+                 vectors=np.stack([self.vectors[k] for k in keys]))
+        temporary.replace(self.path)
+
+
 # -- the run --------------------------------------------------------------------------------------------
 ORACLE = "oracle"   # --reranker oracle: the bench's own reranker, knowing each question's evidence
 
@@ -321,8 +387,24 @@ def evaluate(conv: Conversation, budget: int, config: Config, tallies: dict[str,
 
 
 def run(data: Path, budgets: list[int], config: Config | None = None, limit_conversations: int | None = None,
-        limit_questions: int | None = None, baselines: bool = True, progress: bool = True, memory: str = "") -> dict:
+        limit_questions: int | None = None, baselines: bool = True, progress: bool = True, memory: str = "",
+        vector_cache: Path | None = None) -> dict:
+    """The report of pager and the baselines at each budget. vector_cache: a file keeping the embedder's
+    vectors across runs (VectorCache)."""
     config = config or Config(embedder="wordllama")
+    if vector_cache is None:
+        return _run(data, budgets, config, limit_conversations, limit_questions, baselines, progress, memory)
+    cache = VectorCache(vector_cache)
+    restore = cache.wrap(make_embedder(config.embedder))
+    try:
+        return _run(data, budgets, config, limit_conversations, limit_questions, baselines, progress, memory)
+    finally:
+        restore()
+        cache.save()
+
+
+def _run(data: Path, budgets: list[int], config: Config, limit_conversations: int | None,
+         limit_questions: int | None, baselines: bool, progress: bool, memory: str) -> dict:
     conversations = parse_locomo(data)[:limit_conversations]
     if memory == "recorded":   # the dataset's own observations, or a memory model's (bench/producer.py)
         observations = parse_locomo_observations(data)
