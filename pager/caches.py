@@ -52,12 +52,15 @@ class Caches:
         try:
             with open(path, "rb") as fh, gc_paused():
                 index = pickle.load(fh)
-        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError):
-            return None
-        from .search import Index
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError,
+                KeyError, IndexError):
+            return None   # damaged, or written by a pager that pickled the index otherwise
+        from .search import INDEX_FORMAT, Index
 
-        # an index of another vector size (made before the store's vectors were cut, m006) is rebuilt
-        return index if isinstance(index, Index) and index.dim == s.index.dim else None
+        # an index of another format (its parts pickled otherwise), or of another vector size (made before the
+        # store's vectors were cut, m006), is rebuilt
+        ok = isinstance(index, Index) and getattr(index, "format", None) == INDEX_FORMAT and index.dim == s.index.dim
+        return index if ok else None
 
     def save_index(self, s) -> None:
         """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""

@@ -35,11 +35,13 @@ carries its per-signal scores so a ranking can be explained.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import time
 from array import array
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -262,6 +264,124 @@ class Hit:
         return f"Hit(n={self.n!r}, score={self.score!r}, signals={self.signals!r}, piece={self.piece!r})"
 
 
+class TermLists:
+    """A tuple of terms for each piece, kept as one array of term ids and each piece's end in it, the
+    terms once each: a session's index cache holds three arrays and its distinct terms, not a tuple
+    per piece (unpickling ~236K tuples was a fifth of a 100K-page session's open). Reads a piece's
+    terms as the tuple it was given; appends as a list would."""
+
+    __slots__ = ("words", "ids", "terms", "ends")
+
+    def __init__(self) -> None:
+        self.words: list[str] = []            # term id → term
+        self.ids: dict[str, int] | None = {}  # term → id; None until the first append after a load
+        self.terms: array[int] = array("i")   # every piece's term ids, in order
+        self.ends: array[int] = array("q")    # piece → where its ids end in `terms`
+
+    def append(self, words: list[str] | tuple[str, ...]) -> None:
+        ids = self.ids
+        if ids is None:
+            ids = self.ids = {w: i for i, w in enumerate(self.words)}
+        try:
+            found = [ids[w] for w in words]
+        except KeyError:
+            for w in words:
+                if w not in ids:
+                    ids[w] = len(self.words)
+                    self.words.append(w)
+            found = [ids[w] for w in words]
+        self.terms.extend(found)
+        self.ends.append(len(self.terms))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, piece: int) -> tuple[str, ...]:
+        if piece < 0:
+            piece += len(self.ends)
+        start = self.ends[piece - 1] if piece > 0 else 0   # IndexError past the end, as a list's
+        return tuple(map(self.words.__getitem__, self.terms[start: self.ends[piece]]))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.ends)))
+
+    def counts(self, start: int = 0) -> np.ndarray:
+        """How many terms each piece from `start` on holds."""
+        ends = np.frombuffer(self.ends, dtype=np.int64)[start:] if len(self.ends) else np.zeros(0, dtype=np.int64)
+        before = self.ends[start - 1] if start > 0 else 0
+        return np.diff(ends, prepend=before)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (TermLists, list)):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> tuple:
+        return self.words, self.terms, self.ends   # the term → id map is made again at the first append
+
+    def __setstate__(self, state: tuple) -> None:
+        self.words, self.terms, self.ends = state
+        self.ids = None
+
+
+class PagePieces(Mapping):
+    """Page number → the range of its pieces' ids (a page's pieces are indexed one after another), kept as
+    two arrays, the page numbers in order and where each page's pieces end: a dict of ~100K lists was a
+    tenth of a 100K-page session's index cache to unpickle."""
+
+    __slots__ = ("numbers", "ends")
+
+    def __init__(self) -> None:
+        self.numbers: array[int] = array("q")
+        self.ends: array[int] = array("q")
+
+    def add(self, n: int, pieces: int) -> None:
+        """Page n, after every page held, with the next `pieces` piece ids."""
+        assert not self.numbers or n > self.numbers[-1], "pages are indexed in order"
+        self.numbers.append(n)
+        self.ends.append((self.ends[-1] if self.ends else 0) + pieces)
+
+    def _at(self, n: int) -> int:
+        numbers = self.numbers
+        if not numbers:
+            return -1
+        at = n - numbers[0]   # page numbers are dense in a session: a page's place is its offset
+        if not (0 <= at < len(numbers) and numbers[at] == n):
+            at = bisect_left(numbers, n)
+            if at == len(numbers) or numbers[at] != n:
+                return -1
+        return at
+
+    def __getitem__(self, n: int) -> range:
+        try:
+            at = self._at(operator.index(n))
+        except TypeError:
+            at = -1
+        if at < 0:
+            raise KeyError(n)
+        return range(self.ends[at - 1] if at else 0, self.ends[at])
+
+    def __contains__(self, n: object) -> bool:
+        try:
+            return self._at(operator.index(n)) >= 0   # type: ignore[arg-type]
+        except TypeError:
+            return False
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __iter__(self):
+        return iter(self.numbers)
+
+    def __getstate__(self) -> tuple:
+        return self.numbers, self.ends
+
+    def __setstate__(self, state: tuple) -> None:
+        self.numbers, self.ends = state
+
+
 class BM25:
     """Okapi BM25 over documents that arrive one at a time; scores are computed with numpy."""
 
@@ -269,10 +389,14 @@ class BM25:
         self.k1, self.b = k1, b
         # word → (documents, term frequencies) as typed arrays: read into numpy by a copy of their buffer,
         # where a list of ints costs ~50x more (~0.5 ms for a word of 7K pieces: a search after many pages
-        # were added made ~30 such conversions)
+        # were added made ~30 such conversions). Those added in this process: a loaded index holds the
+        # postings it was saved with in `_stored`, and a word's documents are its stored ones, then these
         self.postings: dict[str, tuple[array, array]] = {}
-        self.lengths: list[int] = []
+        self.lengths: array[int] = array("i")
         self.total = 0
+        # (word → its place, every word's documents one after another, their frequencies, where each
+        # word's begin and end): one array each in the index cache, not two per word
+        self._stored: tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray] | None = None
         self._arrays: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
         self._length_array = np.zeros(0, dtype=np.float32)
 
@@ -280,11 +404,58 @@ class BM25:
         return len(self.lengths)
 
     def __getstate__(self) -> dict:
-        """Pickled (inside the index cache) without the length norms: they are for the document count of now."""
-        state = dict(self.__dict__)
-        state.pop("_norms", None)
-        state.pop("_norms_for", None)
+        """Pickled (inside the index cache) without the length norms (they are for the document count of now)
+        and the arrays made for searches, every word's postings in one array (`_stored`)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_norms", "_norms_for", "_arrays", "_stored")}
+        state["postings"] = {}
+        state["_length_array"] = np.zeros(0, dtype=np.float32)
+        state["stored"] = self._merged()
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        stored = state.pop("stored", None)
+        self.__dict__.update(state)
+        self._arrays = {}
+        self._stored = None
+        if stored is not None:
+            words, docs, tfs, bounds = stored
+            self._stored = ({w: i for i, w in enumerate(words)}, docs, tfs, bounds)
+
+    def _merged(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """(words, documents, frequencies, bounds): word i's postings are documents[bounds[i]:bounds[i + 1]]."""
+        stored = self._stored
+        if stored is not None and not self.postings:
+            return list(stored[0]), stored[1], stored[2], stored[3]
+        words = list(stored[0]) if stored is not None else []
+        words += [w for w in self.postings if stored is None or w not in stored[0]]
+        docs: list[np.ndarray] = []
+        tfs: list[np.ndarray] = []
+        counts = np.zeros(len(words), dtype=np.int64)
+        for i, word in enumerate(words):
+            if stored is not None and i < len(stored[0]):
+                a, b = stored[3][i], stored[3][i + 1]
+                docs.append(stored[1][a:b])
+                tfs.append(stored[2][a:b])
+            added = self.postings.get(word)
+            if added is not None:
+                docs.append(np.array(added[0], dtype=np.int32))
+                tfs.append(np.array(added[1], dtype=np.float32))
+            counts[i] = self.df(word)
+        bounds = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum(counts, out=bounds[1:])
+        return (words, np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32),
+                np.concatenate(tfs) if tfs else np.zeros(0, dtype=np.float32), bounds)
+
+    def df(self, word: str) -> int:
+        """How many documents hold the word."""
+        added = self.postings.get(word)
+        count = len(added[0]) if added is not None else 0
+        stored = self._stored
+        if stored is not None:
+            i = stored[0].get(word)
+            if i is not None:
+                count += int(stored[3][i + 1] - stored[3][i])
+        return count
 
     def add(self, words: list[str]) -> int:
         doc = len(self.lengths)
@@ -300,18 +471,25 @@ class BM25:
         return doc
 
     def _posting(self, word: str) -> tuple[np.ndarray, np.ndarray] | None:
-        posting = self.postings.get(word)
-        if posting is None:
-            return None
         cached = self._arrays.get(word)
-        if cached is None or cached[0] != len(posting[0]):
-            have = cached[0] if cached is not None else 0   # postings only grow: convert the new tail alone
+        posting = self.postings.get(word)
+        if cached is None:
+            stored = self._stored
+            i = stored[0].get(word) if stored is not None else None
+            if i is None and posting is None:
+                return None
+            if i is not None:
+                assert stored is not None
+                a, b = stored[3][i], stored[3][i + 1]
+                cached = (0, stored[1][a:b].astype(np.int64), stored[2][a:b])   # (of `postings`, docs, tfs)
+            else:
+                cached = (0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        if posting is not None and cached[0] != len(posting[0]):
+            have = cached[0]   # postings only grow: convert the new tail alone
             docs = np.array(posting[0][have:], dtype=np.int64)
             tfs = np.array(posting[1][have:], dtype=np.float32)
-            if cached is not None:
-                docs, tfs = np.concatenate([cached[1], docs]), np.concatenate([cached[2], tfs])
-            cached = (len(posting[0]), docs, tfs)
-            self._arrays[word] = cached
+            cached = (len(posting[0]), np.concatenate([cached[1], docs]), np.concatenate([cached[2], tfs]))
+        self._arrays[word] = cached
         return cached[1], cached[2]
 
     def scores(self, weighted: dict[str, float]) -> np.ndarray:
@@ -434,7 +612,7 @@ class Vocabulary:
         return out
 
 
-INDEX_FORMAT = 7  # bump when Index's attributes change: cached indexes of other formats are rebuilt
+INDEX_FORMAT = 8  # bump when Index's attributes change: cached indexes of other formats are rebuilt
 
 
 class Index:
@@ -455,15 +633,16 @@ class Index:
         self.dim = dim
         self.bm25 = BM25()
         self.vocabulary = Vocabulary(dim)
-        self.piece_page: list[int] = []          # piece → page number
-        self.piece_speaker: list[int] = []       # piece → speaker id (self.speaker_ids)
+        # per piece, as typed arrays: the index cache unpickles one buffer each, not a Python object per piece
+        self.piece_page: array[int] = array("q")        # piece → page number
+        self.piece_speaker: array[int] = array("i")     # piece → speaker id (self.speaker_ids)
         self.speaker_ids: dict[str, int] = {}
-        self.piece_ts: list[float] = []
-        self.piece_terms: list[tuple[str, ...]] = []   # each piece's own terms, for feedback
-        self.piece_importance: list[float] = []
-        self.piece_kind: list[int] = []          # PLAIN, QUESTION or QUOTE
-        self.piece_update: list[tuple[str, ...]] = []   # the terms of its sentences saying a value changed (update_terms)
-        self.page_pieces: dict[int, list[int]] = {}
+        self.piece_ts: array[float] = array("d")
+        self.piece_terms = TermLists()                  # each piece's own terms, for feedback
+        self.piece_importance: array[float] = array("f")   # read as float32 (_arrays)
+        self.piece_kind: array[int] = array("b")        # PLAIN, QUESTION or QUOTE
+        self.piece_update = TermLists()                 # the terms of its sentences saying a value changed (update_terms)
+        self.page_pieces = PagePieces()                 # page number → the range of its pieces
         self.speakers: set[str] = set()
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._pending: list[np.ndarray] = []
@@ -497,7 +676,7 @@ class Index:
             found = _tokens(low, ascii)
             words = _terms(found, ascii)
             piece = self.bm25.add(words + self._last_terms)
-            self.piece_terms.append(tuple(words))
+            self.piece_terms.append(words)
             kind = piece_kind(text)
             if self.piece_kind and self.piece_kind[-1] == QUOTE and text.split(": ", 1)[0].endswith("(cont.)"):
                 kind = QUOTE    # the rest of a long quoting reply, continued from the page before
@@ -514,7 +693,7 @@ class Index:
             self.speakers.add(speaker)
             self.vocabulary.add_words(_vocabulary_words(low, found))
             ids.append(piece)
-        self.page_pieces[page.n] = ids
+        self.page_pieces.add(page.n, len(ids))
         self._pending.append(np.asarray(piece_vectors, dtype=np.float32).reshape(len(ids), self.dim))
 
     def vectors(self) -> np.ndarray:
@@ -726,7 +905,7 @@ class Index:
         rarity = self._cache.get("rarity")                   # word → its idf, while no piece is added
         if rarity is None or rarity[0] != n:
             rarity = self._cache["rarity"] = (n, {})
-        idfs, postings = rarity[1], self.bm25.postings
+        idfs = rarity[1]
         scores: Counter = Counter()
         best = top_k(fused, reads)
         for piece in best.tolist():
@@ -742,7 +921,7 @@ class Index:
                     continue
                 idf = idfs.get(word)
                 if idf is None:
-                    df = len(postings[word][0])
+                    df = self.bm25.df(word)
                     # a word of one piece only cannot lead to another
                     idf = idfs[word] = math.log(1 + (n - df + 0.5) / (df + 0.5)) if df > 1 else 0.0
                 if idf:
@@ -762,10 +941,14 @@ class Index:
         if have == total:
             return self._cache
         old = self._cache if have else None
-        added = list(dict.fromkeys(self.piece_page[have:]))   # the new pages, in order
+        # the new pages, in order, and their first pieces: a page's pieces are indexed one after another
+        pages = np.array(self.piece_page[have:], dtype=np.int64)
+        first = np.flatnonzero(np.diff(pages, prepend=pages[0] - 1)) if len(pages) else np.zeros(0, dtype=np.int64)
+        added_numbers, added_starts = pages[first], first + have
+        added = added_numbers.tolist()
 
-        def grow(name: str, values: list, dtype, convert=None) -> np.ndarray:
-            tail = np.array(values[have:] if convert is None else list(map(convert, values[have:])), dtype=dtype)
+        def grow(name: str, values: array, dtype) -> np.ndarray:
+            tail = np.array(values[have:], dtype=dtype)
             return np.concatenate([old[name], tail]) if old is not None else tail
 
         position = old["position"] if old is not None else {}
@@ -777,13 +960,12 @@ class Index:
             "ts": grow("ts", self.piece_ts, np.float64),
             "importance": grow("importance", self.piece_importance, np.float32),
             "kind": grow("kind", self.piece_kind, np.int8),
-            "update": grow("update", self.piece_update, np.bool_, bool),
+            "update": np.concatenate([old["update"], self.piece_update.counts(have) > 0]) if old is not None
+            else self.piece_update.counts(have) > 0,
             "quotes": (old is not None and old["quotes"]) or QUOTE in self.piece_kind[have:],
             "page": grow("page", self.piece_page, np.float32),
-            "numbers": np.concatenate([old["numbers"], np.array(added, dtype=np.int64)]) if old is not None
-            else np.array(added, dtype=np.int64),
-            "starts": np.concatenate([old["starts"], np.array([self.page_pieces[n][0] for n in added], dtype=np.int64)])
-            if old is not None else np.array([self.page_pieces[n][0] for n in added], dtype=np.int64),
+            "numbers": np.concatenate([old["numbers"], added_numbers]) if old is not None else added_numbers,
+            "starts": np.concatenate([old["starts"], added_starts]) if old is not None else added_starts,
             "position": position,
         }
         starts = self._cache["starts"]

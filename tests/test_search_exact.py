@@ -99,7 +99,7 @@ class FullIndex(Index):
             for word, tf in Counter(words).items():
                 if word in weighted or word in names:
                     continue
-                df = len(self.bm25.postings[word][0])
+                df = self.bm25.df(word)
                 if df > 1:   # a word of one piece only cannot lead to another
                     scores[word] += tf / len(words) * float(fused[piece]) * math.log(1 + (n - df + 0.5) / (df + 0.5))
         chosen = scores.most_common(count)
