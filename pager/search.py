@@ -711,12 +711,14 @@ class Index:
         return self._vectors
 
     def __getstate__(self) -> dict:
-        """Pickled (the index cache) without the spare capacity: the rows in use only."""
+        """Pickled (the index cache) without the spare capacity (the rows in use only) and what searches
+        made of the per-piece arrays (`_cache`, with a dict of every page: made again at the first search)."""
         vectors = np.ascontiguousarray(self.vectors())  # first: it takes in the pending rows
         state = dict(self.__dict__)
         state.pop("_spare", None)
         state.pop("scored", None)
         state.pop("_memo", None)
+        state["_cache"] = {}
         state["_vectors"] = vectors
         return state
 

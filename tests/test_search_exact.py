@@ -222,3 +222,79 @@ def test_first_best_piece_is_argmaxs(seed):
     chosen = rng.permutation(len(starts))[: rng.integers(1, len(starts) + 1)]
     want = [s + int(fused[s:e].argmax()) for s, e in zip(starts[chosen].tolist(), ends[chosen].tolist())]
     assert Index._first_best(fused, starts[chosen], ends[chosen], maxima[chosen]) == want, f"seed {seed}"
+
+
+def same_searches(a, b, s, rng, queries: int = 20) -> None:
+    """Two indexes of the same pages answer every search alike: hits, scores, explanations, per-piece scores."""
+    assert list(a.piece_terms) == list(b.piece_terms) and list(a.piece_update) == list(b.piece_update)
+    assert dict(a.page_pieces) == dict(b.page_pieces) and a.piece_page == b.piece_page
+    pages = sorted(a.page_pieces)
+    for _ in range(queries):
+        who = rng.choice(NAMES).lower() if rng.random() < 0.5 else ""
+        query = " ".join([f"what did {who} say about" if who else "tell me about", *rng.sample(WORDS, rng.randint(1, 4))])
+        query += rng.choice(["?", " in May 2023?", " before?", ""])
+        k, depth = rng.choice([3, 8, 24, 60]), rng.choice([None, 4, 30])
+        exclude = set(rng.sample(pages, min(len(pages), rng.randint(0, 3))))
+        got, scored = hits_of(b, s, query, k, exclude, {}, depth)
+        want, scored_a = hits_of(a, s, query, k, exclude, {}, depth)
+        assert got == want, query
+        assert scored.dtype == scored_a.dtype and np.array_equal(scored, scored_a), query
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_index_read_from_its_cache_searches_as_the_one_saved(tmp_path, seed):
+    """The index cache (Index pickled: per-piece arrays, each piece's terms as ids, every word's postings
+    in one array) read back answers every search as the index it was made from; so it does when both are
+    given the pages sealed since, and when the grown one is saved and read again (the postings it was read
+    with and those added since put in one array)."""
+    import pickle
+
+    s, rng = seeded_session(tmp_path, seed)
+    s.sync()
+    saved = s.index
+    hits_of(saved, s, "tell me about the budget", 8, set(), {}, None)   # a search made the per-piece arrays first
+    read = pickle.loads(pickle.dumps(saved, protocol=5))
+    same_searches(saved, read, s, rng)
+    before = len(read)
+    for i in range(rng.randint(40, 120)):   # more turns, updates among them, sealed into pages of both indexes
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 20)))
+        if rng.random() < 0.15:
+            text = f"Update: the {rng.choice(WORDS)} moved to {rng.randint(1, 28)} June"
+        s.append(rng.choice(NAMES), text, ts=1.7e9 + i * 3600)
+    s.sync()
+    vectors = saved.vectors()
+    for n in saved.page_pieces:
+        if n not in read.page_pieces:
+            read.add(s.pages[n], vectors[saved.page_pieces[n]])
+    assert len(read) == len(saved) > before
+    same_searches(saved, read, s, rng)
+    again = pickle.loads(pickle.dumps(read, protocol=5))
+    assert again.bm25.postings == {} and again.bm25._stored is not None
+    same_searches(saved, again, s, rng)
+
+
+def test_the_index_cache_holds_no_object_per_piece(tmp_path):
+    """An index's pickle (the index cache) grows by buffers as pieces are added, not by objects: its
+    opcodes barely grow when a session of the same words holds three times the pieces, searched first
+    (which makes per-page arrays and maps, not kept)."""
+    import pickle
+    import pickletools
+
+    home = Home(Config(home=tmp_path, page_tokens=48, embedder="hash"), store=MemoryStore(), embedder=HashEmbedder(),
+                durable=False)
+    s = home.open("cache")
+
+    def opcodes() -> tuple[int, int]:
+        s.sync()
+        hits_of(s.index, s, "what did maya say about the budget?", 8, set(), {}, None)
+        return len(s.index.piece_page), sum(1 for _ in pickletools.genops(pickle.dumps(s.index, protocol=5)))
+
+    for rounds in range(3):
+        for i in range(100):
+            s.append(NAMES[i % 4], f"{WORDS[i % 20]} and {WORDS[(3 * i) % 20]} on the {WORDS[(7 * i) % 20]}?"
+                     if i % 3 else f"From p{i % 9 + 1}: “{WORDS[i % 20]}” said {WORDS[(5 * i) % 20]}")
+        if rounds == 0:
+            pieces, ops = opcodes()
+    more_pieces, more_ops = opcodes()
+    assert more_pieces > 2.5 * pieces > 200
+    assert more_ops - ops < 0.05 * (more_pieces - pieces), (ops, more_ops)
