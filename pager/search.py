@@ -264,52 +264,74 @@ class Hit:
         return f"Hit(n={self.n!r}, score={self.score!r}, signals={self.signals!r}, piece={self.piece!r})"
 
 
+class _TermIds(dict):
+    """Term → id, a term not yet held given the next id (and added to `words`, the terms by id)."""
+
+    def __init__(self, words: list[str]) -> None:
+        super().__init__(zip(words, range(len(words))))
+        self.words = words
+
+    def __missing__(self, word: str) -> int:
+        i = self[word] = len(self.words)
+        self.words.append(word)
+        return i
+
+
 class TermLists:
     """A tuple of terms for each piece, kept as one array of term ids and each piece's end in it, the
     terms once each: a session's index cache holds three arrays and its distinct terms, not a tuple
     per piece (unpickling ~236K tuples was a fifth of a 100K-page session's open). Reads a piece's
-    terms as the tuple it was given; appends as a list would."""
+    terms as the tuple it was given. Appends are kept as tuples (`added`, as cheap as a list's append:
+    a piece is indexed with every turn) and put in the arrays when pickled."""
 
-    __slots__ = ("words", "ids", "terms", "ends")
+    __slots__ = ("words", "ids", "terms", "ends", "added")
 
     def __init__(self) -> None:
-        self.words: list[str] = []            # term id → term
-        self.ids: dict[str, int] | None = {}  # term → id; None until the first append after a load
-        self.terms: array[int] = array("i")   # every piece's term ids, in order
-        self.ends: array[int] = array("q")    # piece → where its ids end in `terms`
+        self.words: list[str] = []                # term id → term
+        self.ids: _TermIds | None = None          # term → id, made when first needed
+        self.terms: array[int] = array("i")       # the term ids of the pieces before `added`, in order
+        self.ends: array[int] = array("q")        # piece → where its ids end in `terms`
+        self.added: list[tuple[str, ...]] = []    # the terms of each piece after those
 
     def append(self, words: list[str] | tuple[str, ...]) -> None:
+        self.added.append(tuple(words))
+
+    def pack(self) -> None:
+        """Put the added pieces' terms in the arrays."""
+        if not self.added:
+            return
         ids = self.ids
         if ids is None:
-            ids = self.ids = {w: i for i, w in enumerate(self.words)}
-        try:
-            found = [ids[w] for w in words]
-        except KeyError:
-            for w in words:
-                if w not in ids:
-                    ids[w] = len(self.words)
-                    self.words.append(w)
-            found = [ids[w] for w in words]
-        self.terms.extend(found)
-        self.ends.append(len(self.terms))
+            ids = self.ids = _TermIds(self.words)
+        terms, ends = self.terms, self.ends
+        for words in self.added:
+            terms.extend(map(ids.__getitem__, words))
+            ends.append(len(terms))
+        self.added = []
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return len(self.ends) + len(self.added)
 
     def __getitem__(self, piece: int) -> tuple[str, ...]:
+        packed = len(self.ends)
         if piece < 0:
-            piece += len(self.ends)
-        start = self.ends[piece - 1] if piece > 0 else 0   # IndexError past the end, as a list's
+            piece += packed + len(self.added)
+        if piece >= packed:
+            return self.added[piece - packed]
+        start = self.ends[piece - 1] if piece > 0 else 0   # IndexError below 0, as a list's
         return tuple(map(self.words.__getitem__, self.terms[start: self.ends[piece]]))
 
     def __iter__(self):
-        return (self[i] for i in range(len(self.ends)))
+        return (self[i] for i in range(len(self)))
 
     def counts(self, start: int = 0) -> np.ndarray:
         """How many terms each piece from `start` on holds."""
-        ends = np.frombuffer(self.ends, dtype=np.int64)[start:] if len(self.ends) else np.zeros(0, dtype=np.int64)
-        before = self.ends[start - 1] if start > 0 else 0
-        return np.diff(ends, prepend=before)
+        packed = len(self.ends)
+        out = np.fromiter(map(len, self.added[max(0, start - packed):]), dtype=np.int64)
+        if start < packed:
+            ends = np.frombuffer(self.ends, dtype=np.int64)[start:]
+            out = np.concatenate([np.diff(ends, prepend=self.ends[start - 1] if start > 0 else 0), out])
+        return out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (TermLists, list)):
@@ -319,11 +341,12 @@ class TermLists:
     __hash__ = None  # type: ignore[assignment]
 
     def __getstate__(self) -> tuple:
-        return self.words, self.terms, self.ends   # the term → id map is made again at the first append
+        self.pack()
+        return self.words, self.terms, self.ends   # the term → id map is made again when next needed
 
     def __setstate__(self, state: tuple) -> None:
         self.words, self.terms, self.ends = state
-        self.ids = None
+        self.ids, self.added = None, []
 
 
 class PagePieces(Mapping):
