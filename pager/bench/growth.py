@@ -103,9 +103,9 @@ def probe_process(folder: Path) -> dict:
 
 def held_bytes(session) -> dict[str, int]:
     """Bytes of the Python objects and arrays an open session holds, by what holds them: the search
-    index (its vectors, BM25 postings, per-piece lists, vocabulary), the pages, the page table, the
-    bookmark directory, and what the RSS the open added holds besides (LanceDB's and Arrow's own
-    memory, the allocator's free lists). An object two of them share is counted once, in the first."""
+    index (its vectors, BM25 postings, per-piece lists, vocabulary, a large session's vector screen), the
+    pages, the page table, the bookmark directory, and what the RSS the open added holds besides
+    (LanceDB's and Arrow's own memory, the allocator's free lists). An object two of them share is counted once, in the first."""
     index = session.index
     seen: set[int] = set()
     parts = {
@@ -115,6 +115,7 @@ def held_bytes(session) -> dict[str, int]:
         "index_per_piece": _deep([index.piece_terms, index.piece_update, index.piece_page, index.piece_speaker,
                                   index.piece_ts, index.piece_importance, index.piece_kind, index.page_pieces], seen),
         "index_arrays": _deep([index._cache], seen),
+        "index_screen": _deep([getattr(index, "screen", None)], seen),   # a large session's sign codes, once searched
         "pages": _deep([session.pages], seen),
         "page_table": _deep([session.paging], seen),
         "directory": _deep([session.directory], seen),
