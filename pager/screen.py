@@ -76,26 +76,30 @@ class Screen:
             np.add(out, np.bitwise_count(scratch), out=out, casting="unsafe")
         return out
 
+    def cut(self, distance: np.ndarray, count: int) -> int:
+        """The least distance at or below which `count` rows lie (every row's, if there are fewer)."""
+        return int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=self.words * 64 + 1)), count))
+
     def nearest(self, distance: np.ndarray, count: int) -> np.ndarray:
         """The rows (ascending) of least distance: at least `count` of them (every row if there are fewer),
         all rows at the distance where the count is reached included."""
-        if count >= len(distance):
-            return np.arange(len(distance))
-        cut = int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=self.words * 64 + 1)), count))
-        return np.flatnonzero(distance <= cut)
+        return np.flatnonzero(distance <= self.cut(distance, count))
 
     def scores(self, vectors: np.ndarray, query: np.ndarray, nearest: int,
                also: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(every row's score, the rows scored exactly): vectors @ query for the `nearest` rows nearest by
-        sign, the rows `also` names and a fixed sample, every other row the estimate for its distance.
+        """(every row's score, which rows were scored exactly): vectors @ query for the `nearest` rows nearest
+        by sign, the rows `also` names and a fixed sample, every other row the estimate for its distance.
         `vectors`: the rows this screen has encoded."""
         distance = self.distances(query)
-        sample = np.arange(0, self.rows, max(1, self.rows // SAMPLE))
-        exact = np.union1d(self.nearest(distance, nearest), sample if also is None else np.union1d(sample, also))
+        chosen = distance <= self.cut(distance, nearest)   # a mask, not a union of sorted sets: one pass
+        chosen[:: max(1, self.rows // SAMPLE)] = True
+        if also is not None:
+            chosen[also] = True
+        exact = np.flatnonzero(chosen)
         scored = np.einsum("ij,j->i", vectors[exact], query)
         out = self.estimate(distance, distance[exact], scored)
         out[exact] = scored
-        return out, exact
+        return out, chosen
 
     def estimate(self, distance: np.ndarray, known: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Each row's estimated score: the mean of `values` at its distance (`known`: theirs), interpolated

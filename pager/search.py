@@ -622,8 +622,8 @@ class Index:
         return found
 
     def _vector_scores(self, qv: np.ndarray, bm25: np.ndarray) -> tuple[np.ndarray, tuple | None]:
-        """(every piece's vector score, clamped at 0; for a screened search (query vector, pieces scored exactly),
-        else None). Every piece is scored exactly below SCREEN_FROM pieces: every LoCoMo conversation, every
+        """(every piece's vector score, clamped at 0; for a screened search (query vector, which pieces were
+        scored exactly), else None). Every piece is scored exactly below SCREEN_FROM pieces: every LoCoMo conversation, every
         session of the tests. From there the screen passes on the nearest by sign and the best by BM25, and
         estimates the rest (pager/screen.py): a fifth of the cost at 236K pieces, and most of the same pages
         found (BENCHMARKS.md, "One session: 10K to 100K pages")."""
@@ -650,7 +650,8 @@ class Index:
         if screened is None:
             return vector
         qv, exact = screened
-        wanted = np.setdiff1d(self._best_words(bm25), exact, assume_unique=True)
+        best = self._best_words(bm25)
+        wanted = best[~exact[best]]
         if not len(wanted):
             return vector
         out = vector.copy()   # the memo's scores stay those of the query as asked
