@@ -96,7 +96,7 @@ class Screen:
         if also is not None:
             chosen[also] = True
         exact = np.flatnonzero(chosen)
-        scored = np.einsum("ij,j->i", vectors[exact], query)
+        scored = np.einsum("ij,j->i", np.take(vectors, exact, axis=0), query)   # take: a quarter quicker than [exact]
         out = self.estimate(distance, distance[exact], scored)
         out[exact] = scored
         return out, chosen
@@ -108,4 +108,4 @@ class Screen:
         count = np.bincount(known, minlength=bins)
         have = np.flatnonzero(count)
         mean = np.bincount(known, weights=values, minlength=bins)[have] / count[have]
-        return np.interp(np.arange(bins), have, mean).astype(np.float32)[distance]
+        return np.take(np.interp(np.arange(bins), have, mean).astype(np.float32), distance)
