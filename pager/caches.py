@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .locks import lock_counts, read_counts_path
+from .page import Page, Packer
 from .store import SCHEMA_VERSION, LanceStore, Store, is_local
+from .tokens import get_tokenizer
 
 if TYPE_CHECKING:
     from .home import Home
@@ -103,7 +105,8 @@ class Caches:
                             h.store.bookmarks(s.user, s.name), tail, h.store.state_changes(s.user, s.name),
                             h.store.facts(s.user, s.name), h.store.summaries(s.user, s.name),
                             saved_turns=whole, dim=s.index.dim,
-                            vectors={t: v.astype("float16") for t, v in s.tiers.vectors.items()})
+                            vectors={t: v.astype("float16") for t, v in s.tiers.vectors.items()},
+                            counts=tail_counts(s, pages[-1] if pages else None, tail))
         path = self.snapshot_path(s.user, s.name)
         try:
             path.parent.mkdir(exist_ok=True)
@@ -132,6 +135,8 @@ class Caches:
         if counts is None or counts[:2] != (snapshot.last_turn, snapshot.generation):
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: h.store
+        for encoding, counts in snapshot.counts.items():
+            get_tokenizer(encoding).learn(counts)
         return snapshot
 
     def meta_changed(self, written_ns: int) -> bool:
@@ -265,7 +270,7 @@ class Caches:
 class Snapshot:
     """A session as the store held it when a process closed it: a read-only open answers from this
     (a store of one session) and reads anything else (turns appended later) from the real store."""
-    FORMAT = (2, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
+    FORMAT = (3, SCHEMA_VERSION)   # bump the first with this class, the second moves with the store's records
     generation: int
     last_turn: int
     after: int                 # tail holds the turns after this one
@@ -279,6 +284,7 @@ class Snapshot:
     saved_turns: list | None = None   # every turn, for a session of at most WHOLE_TURNS; else None
     dim: int = 0                      # the index's vector size: a read-only open needs no embedder to know it
     vectors: dict = field(default_factory=dict)   # the facts' and summaries' texts → their vectors (float16)
+    counts: dict = field(default_factory=dict)    # encoding → the counts packing the tail again makes (tail_counts)
     format: tuple = FORMAT
     fallback: Callable[[], Store] | None = None
 
@@ -323,6 +329,21 @@ class Snapshot:
     def _store(self) -> Store:
         assert self.fallback is not None, "a snapshot is read through Caches.snapshot, which sets its fallback"
         return self.fallback()
+
+
+def tail_counts(s, last: Page | None, tail: list) -> dict[str, dict[str, int]]:
+    """The counts an open from the snapshot makes when it packs the open page's turns again, by the
+    session's packing encoding: the tail packed here as that open packs it (from where the last
+    sealed page ends, Session._load), each count kept. Given them, a read-only open loads no encoding."""
+    tokenizer = s.packer.tokenizer
+    recorder = tokenizer.recorder()
+    packer = Packer(s.name, recorder, s.page_tokens, next_n=(last.n + 1) if last else 1, user=s.user)
+    start = last.spans[-1][2] if last else 0
+    for turn in tail:
+        if start < len(turn.text):
+            packer.add(turn, start)
+        start = 0
+    return {tokenizer.name: recorder.seen}
 
 
 @contextmanager

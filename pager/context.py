@@ -695,10 +695,8 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     turns_on_page: dict[int, float] = {}
     while taken_pages + slabs[False] + slabs[True] < frames:
         if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
-            page_value, turns_on_page, stale = 0.0, {}, False
-            if next_page < len(pages):
-                turns_on_page = page_turns(pages[next_page].n)
-                page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+            page_value, turns_on_page = _page_offer(pages, next_page, page_turns, shown, limit)
+            stale = False
         best = None
         while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
             _, rank, turns, weight, cost, item = offers[0]
@@ -729,6 +727,16 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     return slabs[False], slabs[True], chosen
 
 
+def _page_offer(pages: list, next_page: int, page_turns: Callable[[int], dict[int, float]], shown: set[int],
+                limit: int) -> tuple[float, dict[int, float]]:
+    """What the next page in the search's order offers split: the weight of its turns not yet shown
+    per token of a frame, and its turns; nothing past the last page."""
+    if next_page >= len(pages):
+        return 0.0, {}
+    turns_on_page = page_turns(pages[next_page].n)
+    return sum(w for t, w in turns_on_page.items() if t not in shown) / limit, turns_on_page
+
+
 def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], dict[int, float]], shown: set[int],
                  frames: int, most: int, room: int, limit: int) -> tuple[int, int, list[tuple]]:
     """split's greedy loop when only facts offer lines (`offers`, not yet a heap), `room` a fact slab's
@@ -741,10 +749,8 @@ def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], d
     turns_on_page: dict[int, float] = {}
     while taken_pages + slabs < frames:
         if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
-            page_value, turns_on_page, stale = 0.0, {}, False
-            if next_page < len(pages):
-                turns_on_page = page_turns(pages[next_page].n)
-                page_value = sum(w for t, w in turns_on_page.items() if t not in shown) / limit
+            page_value, turns_on_page = _page_offer(pages, next_page, page_turns, shown, limit)
+            stale = False
         best = None
         while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
             top = offers[-1]

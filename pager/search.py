@@ -49,6 +49,7 @@ import numpy as np
 
 from .bookmarks import MONTHS, STOPWORDS, Directory
 from .page import Page
+from .screen import Screen
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 # _TOKEN's matches in ASCII text, where its CJK branch and "’" cannot match: one branch starting at a character
@@ -650,6 +651,9 @@ class Index:
     FEEDBACK = (10, 20, 0.5)     # deep searches: pieces read, terms added, weight of the best added term
     EPISODE_TOP = 3              # an episode scores as the sum of its best pages
     EPISODE_POOL = 256           # pages considered for that
+    SCREEN_FROM = 50_000         # pieces from which vector scores are screened by sign (pager/screen.py), not all exact
+    SCREEN_NEAREST = 2048        # a screened search scores exactly the pieces nearest by sign,
+    SCREEN_WORDS = 2048          # and the best by BM25 (_screened_vectors)
 
     def __init__(self, dim: int) -> None:
         self.format = INDEX_FORMAT
@@ -780,6 +784,7 @@ class Index:
             added = self._feedback(fused, weighted)
             if added:
                 signals["bm25"] = signals["bm25"] + self.bm25.scores(added)   # BM25 adds up over terms
+                signals["vector"] = self._rescreened(signals["vector"], signals["bm25"])
                 fused = self._demote(self._fuse(signals, weights, parts), query_terms)
         if rerank is not None:
             fused = rerank(fused)
@@ -814,9 +819,48 @@ class Index:
         # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
         bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
         qv = embedder.embed([bare if bare.strip() else query])[0]
-        found = (weighted, self.bm25.scores(weighted), named, np.maximum(similarities(self.vectors(), qv), 0.0))
-        self._memo = (stamp, found)
+        bm25 = self.bm25.scores(weighted)
+        vector, screened = self._vector_scores(qv, bm25)
+        found = (weighted, bm25, named, vector)
+        self._memo = (stamp, found, screened)
         return found
+
+    def _vector_scores(self, qv: np.ndarray, bm25: np.ndarray) -> tuple[np.ndarray, tuple | None]:
+        """(every piece's vector score, clamped at 0; for a screened search (query vector, which pieces were
+        scored exactly), else None). Every piece is scored exactly below SCREEN_FROM pieces: every LoCoMo conversation, every
+        session of the tests. From there the screen passes on the nearest by sign and the best by BM25, and
+        estimates the rest (pager/screen.py): a fifth of the cost at 236K pieces, and most of the same pages
+        found (BENCHMARKS.md, "One session: 10K to 100K pages")."""
+        vectors = self.vectors()
+        if len(vectors) < self.SCREEN_FROM:
+            return np.maximum(similarities(vectors, qv), 0.0), None
+        screen = getattr(self, "screen", None)
+        if screen is None or screen.dim != self.dim or len(screen) > len(vectors):
+            screen = self.screen = Screen(self.dim)   # made when a session first reaches SCREEN_FROM; cached after
+        screen.extend(vectors)
+        scores, exact = screen.scores(vectors, qv, self.SCREEN_NEAREST, self._best_words(bm25))
+        return np.maximum(scores, 0.0), (qv, exact)
+
+    def _best_words(self, bm25: np.ndarray) -> np.ndarray:
+        """The SCREEN_WORDS pieces of best BM25 score, of those matching a word of the query."""
+        best = top_k(bm25, self.SCREEN_WORDS)
+        return best[bm25[best] > 0]
+
+    def _rescreened(self, vector: np.ndarray, bm25: np.ndarray) -> np.ndarray:
+        """A screened search's vector scores with the best pieces by these BM25 scores (the query widened by
+        feedback) scored exactly too; the vector scores as they are for an exact search."""
+        memo = getattr(self, "_memo", None)
+        screened = memo[2] if memo is not None else None
+        if screened is None:
+            return vector
+        qv, exact = screened
+        best = self._best_words(bm25)
+        wanted = best[~exact[best]]
+        if not len(wanted):
+            return vector
+        out = vector.copy()   # the memo's scores stay those of the query as asked
+        out[wanted] = np.maximum(similarities(self.vectors()[wanted], qv), 0.0)
+        return out
 
     @staticmethod
     def _fuse(signals: dict[str, np.ndarray], weights: dict[str, float], parts: dict | None = None) -> np.ndarray:

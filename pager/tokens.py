@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,18 +38,49 @@ class Tokenizer:
     """Counts, encodes and decodes with one tiktoken encoding."""
 
     def __init__(self, encoding: str = "cl100k_base"):
-        _offline_cache()
-        import tiktoken
-
         self.name = encoding
-        self._enc = tiktoken.get_encoding(encoding)
+        self._loaded = None         # the tiktoken encoding, loaded when a count is not known (_enc)
+        self._lock = threading.Lock()
+        self.known: dict[str, int] = {}   # texts whose exact counts are known without encoding them (learn)
         self._digits: dict[str, int] | None = None   # every run of one to three ASCII digits → its tokens (digit_tokens)
         self._deltas: dict[tuple[str, str, bool], int] = {}   # (end of a text, suffix, suffix first) → tokens the suffix adds
+
+    @property
+    def _enc(self):
+        """The tiktoken encoding, loaded on first use (~0.13 s of CPU): a process that only looks at a
+        session whose counts its snapshot holds never loads it."""
+        enc = self._loaded
+        if enc is None:
+            with self._lock:
+                if self._loaded is None:
+                    _offline_cache()
+                    import tiktoken
+
+                    self._loaded = tiktoken.get_encoding(self.name)
+                enc = self._loaded
+        return enc
+
+    def __reduce__(self):
+        return (get_tokenizer, (self.name,))   # the process's own tokenizer of this encoding, not a copy
+
+    def learn(self, counts: dict[str, int]) -> None:
+        """Exact counts of texts by this encoding, made by a process that encoded them (a session
+        snapshot's, Caches.snapshot): count answers them without loading the encoding."""
+        if len(self.known) + len(counts) > KNOWN_MOST:
+            self.known = {}
+        self.known.update(counts)
+
+    def recorder(self) -> Recorder:
+        """A tokenizer of this encoding that keeps every count it makes (Recorder.seen)."""
+        return Recorder(self)
 
     def count(self, text: str) -> int:
         # encode_ordinary is encode(text, disallowed_special=()) without its scan for special tokens (tiktoken
         # says so; tests/test_tokens.py holds them equal): ~20% less per count of a ~50-token line
-        return len(self._enc.encode_ordinary(text)) if text else 0
+        if not text:
+            return 0
+        known = self.known.get(text) if self.known else None
+        return known if known is not None else len(self._enc.encode_ordinary(text))
 
     def count_extended(self, text: str, tokens: int, suffix: str) -> int:
         """Exact tokens of text + suffix, given text's own exact count: only the end of text after its
@@ -214,6 +246,29 @@ def least_tokens(text: str) -> int:
     each pre-token is at least one token. Python's whitespace holds all of the regex's `\\s` (so a run
     counted holds a character no pattern takes for whitespace). Property-tested against the count."""
     return sum(1 for run in text.split(" ") if run and not run.isspace())
+
+
+KNOWN_MOST = 50_000   # counts a tokenizer keeps from snapshots before it lets them go
+
+
+class Recorder(Tokenizer):
+    """The same encoding, keeping each text it counts with its count: what a later process, given them
+    (Tokenizer.learn), can answer without loading the encoding."""
+
+    def __init__(self, of: Tokenizer) -> None:
+        super().__init__(of.name)
+        self._of = of
+        self.seen: dict[str, int] = {}
+
+    @property
+    def _enc(self):
+        return self._of._enc
+
+    def count(self, text: str) -> int:
+        n = self._of.count(text)
+        if text:
+            self.seen[text] = n
+        return n
 
 
 @lru_cache(maxsize=4)

@@ -11,6 +11,7 @@ from pager.cli.app import app
 from pager.config import Config
 from pager.embed import HashEmbedder
 from pager.home import Home
+from pager.search import Index
 from pager.store import MemoryStore
 
 runner = CliRunner()
@@ -21,8 +22,14 @@ def test_one_session_of_each_size_reports_how_its_costs_grow(tmp_path, monkeypat
     # the open measured here rather than in a new process, the cold search not run: the report's shape is the point
     monkeypatch.setattr(growth, "probe_process", growth.probe)
     monkeypatch.setattr(growth, "cold_search", lambda folder: 0.0)
+    monkeypatch.setattr(Index, "SCREEN_FROM", 2000)   # the larger session's search screened, as at 100K pages
     report = growth.run([1000, 1500], tmp_path, queries=3, progress=False, cold_runs=1)
     assert report["session_pages"] == [1000, 1500]
+    screened = report["screened_against_exact"]
+    assert set(screened) == {"search_tool", "automatic_paging"} and screened["search_tool"]["k"] == 5
+    for figures in screened.values():
+        assert set(figures) == {"k", "top_page_same", "top_pages_found", "same_list", "top_pieces_found"}
+        assert all(0 <= v <= 1 for name, v in figures.items() if name != "k")
     assert set(report["growth"]) == {"pages", "paging_p95", "paging_cpu_p95", "search_p95", "open", "open_cpu",
                                      "cold_search", "rss"}
     assert report["growth"]["pages"] == 1.5

@@ -18,7 +18,7 @@ from pager.cli.app import app
 try:
     app(sys.argv[1:], standalone_mode=False)
 finally:
-    loaded = [m for m in ("lancedb", "litellm", "wordllama") if m in sys.modules]
+    loaded = [m for m in ("lancedb", "litellm", "wordllama", "tiktoken") if m in sys.modules]
     embed = sys.modules.get("pager.embed")
     loaded += [f"embedder {name}" for name in (embed._CACHE if embed else ())]   # embedders made, by name
     print("\\n" + json.dumps(loaded), file=sys.stderr)
@@ -56,6 +56,8 @@ def test_looking_at_a_small_session_imports_no_lancedb_and_answers_as_the_store_
         assert "embedder wordllama" not in fast[name][1], name
     assert "embedder wordllama" in fast["search"][1]   # the query's vector
     assert "wordllama" not in fast["search"][1]   # made from its weights: the package is not imported
+    for name, (_, loaded) in fast.items():   # the open page's counts come with the snapshot
+        assert "tiktoken" not in loaded, name
     for cache in (small_home / "cache").iterdir():   # without the caches every answer comes from the store
         cache.unlink()
     slow = {name: command(small_home, args) for name, args in LOOKS.items()}
@@ -85,3 +87,44 @@ def test_a_home_named_by_a_relative_path_finds_the_same_snapshot(small_home):
     are one home, and the snapshot one left serves the other."""
     out, loaded = command(small_home.name, ["export", "-s", "planning"], cwd=small_home.parent)
     assert len(out.splitlines()) == 7 and "lancedb" not in loaded
+
+
+TAIL_PROBE = """
+import json, sys
+from pager.config import Config
+from pager.home import Home
+with Home(Config(home=sys.argv[1], page_tokens=64), read_only=True) as h:
+    s = h.open("planning")
+    pieces = [(p.turn.turn, p.start, p.end, p.line) for p in s.packer.pieces]
+    out = {"pieces": pieces, "body": s.packer.body_tokens, "next": s.tail_n}
+print(json.dumps({**out, "tiktoken": "tiktoken" in sys.modules}))
+"""
+
+
+def test_the_open_page_from_a_snapshot_packs_as_from_the_store_without_the_encoding(tmp_path):
+    """A session whose last sealed page ends inside a turn: a read-only open from its snapshot packs the
+    open page's turns again with the counts the snapshot brought (the encoding never loads), to the same
+    pieces and count as an open that reads the store and counts them itself."""
+    from pager.config import Config
+    from pager.home import Home
+
+    home = tmp_path / "h"
+    long = "The offsite plan, item by item: " + ", ".join(f"stop {i} in Lisbon at {i + 9}:00" for i in range(40))
+    with Home(Config(home=home, page_tokens=64)) as h:
+        s = h.open("planning")
+        for note in [*NOTES, {"speaker": "Maya", "text": long}]:
+            s.append(note.get("speaker", "assistant"), note.get("text") or note["content"])
+    def opened():
+        out = subprocess.run([sys.executable, "-c", TAIL_PROBE, str(home)], capture_output=True, text=True,
+                             timeout=300, env={"PATH": "/usr/bin:/bin"})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    fast = opened()
+    assert fast["pieces"] and fast["tiktoken"] is False
+    assert fast["pieces"][0][1] > 0   # the open page starts inside the long turn, where the last sealed page ends
+    for cache in (home / "cache").iterdir():
+        cache.unlink()
+    slow = opened()
+    assert slow["tiktoken"] is True   # without the snapshot the open page is counted here
+    assert {k: v for k, v in fast.items() if k != "tiktoken"} == {k: v for k, v in slow.items() if k != "tiktoken"}

@@ -12,7 +12,9 @@ closed once so that its index cache is on disk, as any earlier process leaves it
 - **cold search**: a new `pager search` process, start to exit (the median of three, sizes in turn);
 - **paging and search**: every size's session open in this process, each question assembled
   (automatic paging plus assembly) and searched on every size in turn, in rotating order, so that
-  all sizes meet the same moment of a shared machine; wall and process CPU time.
+  all sizes meet the same moment of a shared machine; wall and process CPU time;
+- **screened against exact**: on the largest session, if it has pieces enough to be screened
+  (search.Index.SCREEN_FROM), the pages and pieces its search finds against those of the exact search.
 
 `growth` is each figure of the largest size over the smallest's, from the same run: the ratio, not
 the milliseconds, is what carries between machines.
@@ -114,9 +116,9 @@ def probe_process(folder: Path) -> dict:
 
 def held_bytes(session) -> dict[str, int]:
     """Bytes of the Python objects and arrays an open session holds, by what holds them: the search
-    index (its vectors, BM25 postings, per-piece lists, vocabulary), the pages, the page table, the
-    bookmark directory, and what the RSS the open added holds besides (LanceDB's and Arrow's own
-    memory, the allocator's free lists). An object two of them share is counted once, in the first."""
+    index (its vectors, BM25 postings, per-piece lists, vocabulary, a large session's vector screen), the
+    pages, the page table, the bookmark directory, and what the RSS the open added holds besides
+    (LanceDB's and Arrow's own memory, the allocator's free lists). An object two of them share is counted once, in the first."""
     index = session.index
     seen: set[int] = set()
     parts = {
@@ -126,6 +128,7 @@ def held_bytes(session) -> dict[str, int]:
         "index_per_piece": _deep([index.piece_terms, index.piece_update, index.piece_page, index.piece_speaker,
                                   index.piece_ts, index.piece_importance, index.piece_kind, index.page_pieces], seen),
         "index_arrays": _deep([index._cache], seen),
+        "index_screen": _deep([getattr(index, "screen", None)], seen),   # a large session's sign codes, once searched
         "pages": _deep([session.pages], seen),
         "page_table": _deep([session.paging], seen),
         "directory": _deep([session.directory], seen),
@@ -187,10 +190,7 @@ def _env() -> dict:
 def page_and_search(folders: dict[int, Path], queries: int) -> dict[int, dict]:
     """Paging + assembly and the search tool on every size's session, question by question, sizes in
     rotating order."""
-    from .scale import NAMES, WORDS
-
-    asks = [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
-            for i in range(queries)]
+    asks = questions(queries)
     homes = {n: Home(_config(folder)) for n, folder in folders.items()}
     try:
         sessions = {n: home.open() for n, home in homes.items()}
@@ -215,6 +215,49 @@ def page_and_search(folders: dict[int, Path], queries: int) -> dict[int, dict]:
             home.close()
 
 
+def questions(queries: int) -> list[str]:
+    """The bench's questions: a speaker and two of the synthetic conversation's words each."""
+    from .scale import NAMES, WORDS
+
+    return [f"what did {NAMES[i % len(NAMES)]} say about the {WORDS[20 + i % 50]} and {WORDS[25 + (7 * i) % 50]}?"
+            for i in range(queries)]
+
+
+def screened_against_exact(folder: Path, queries: int) -> dict | None:
+    """What the vector screen (pager/screen.py) changes, on a session large enough to be screened: for the
+    search tool's k and automatic paging's, against the same session's search with every piece scored
+    exactly, the share of questions whose best page is the same, of the exact top-k pages found, of
+    questions given the same k pages in the same order, and of the exact top 50 pieces found. None below
+    the screen's threshold."""
+    with Home(_config(folder)) as home:
+        session = home.open()
+        index = session.index
+        if len(index.piece_page) < index.SCREEN_FROM:
+            return None
+        room = session.autopage_room()
+        out = {}
+        for name, k, depth in (("search_tool", 5, None), ("automatic_paging", room, room)):
+            found: dict[bool, list] = {}
+            for exact in (True, False):
+                index.SCREEN_FROM = 2**62 if exact else type(index).SCREEN_FROM
+                index.__dict__.pop("_memo", None)   # the last query's scores, kept across searches
+                found[exact] = []
+                for q in questions(queries):
+                    hits = index.search(q, home.embedder, session.directory, k, {session.tail_n}, session.clock(),
+                                        None, None, depth)
+                    scored = index.scored if index.scored is not None else np.zeros(0)
+                    found[exact].append(([h.n for h in hits], set(np.argsort(-scored, kind="stable")[:50].tolist())))
+            pairs = list(zip(found[True], found[False]))
+            out[name] = {"k": k,
+                         "top_page_same": round(float(np.mean([a[0][:1] == b[0][:1] for a, b in pairs])), 4),
+                         "top_pages_found": round(float(np.mean([len(set(a[0]) & set(b[0])) / max(len(a[0]), 1)
+                                                                 for a, b in pairs])), 4),
+                         "same_list": round(float(np.mean([a[0] == b[0] for a, b in pairs])), 4),
+                         "top_pieces_found": round(float(np.mean([len(a[1] & b[1]) / 50 for a, b in pairs])), 4)}
+        del index.SCREEN_FROM   # the class's threshold again
+        return out
+
+
 def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = True, cold_runs: int = 3) -> dict:
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda text: None)
     sizes = sorted(set(sizes))
@@ -236,6 +279,8 @@ def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = Tru
     say(f"paging and search, {queries} questions on every size in turn")
     for n, timed in page_and_search(folders, queries).items():
         rows[n].update(timed)
+    say("the screened search against the exact, on the largest session")
+    screen = screened_against_exact(folders[sizes[-1]], queries)
     small, large = rows[sizes[0]], rows[sizes[-1]]
 
     def ratio(get) -> float:
@@ -250,7 +295,7 @@ def run(sizes: list[int], folder: Path, queries: int = 200, progress: bool = Tru
               "cold_search": ratio(lambda r: r["cold_search_s"]),
               "rss": ratio(lambda r: r["rss_mb"])}
     return {"session_pages": [rows[n]["pages"] for n in sizes], "sizes": {str(n): rows[n] for n in sizes},
-            "growth": growth}
+            "growth": growth, "screened_against_exact": screen}
 
 
 def main(sizes: list[int], home: Path | None) -> dict:
