@@ -281,7 +281,7 @@ class _TermIds(dict):
 class TermLists:
     """A tuple of terms for each piece, kept as one array of term ids and each piece's end in it, the
     terms once each: a session's index cache holds three arrays and its distinct terms, not a tuple
-    per piece (unpickling ~236K tuples was a fifth of a 100K-page session's open). Reads a piece's
+    per piece (~236K tuples to unpickle at 100K pages, a fifth of the session's open). Reads a piece's
     terms as the tuple it was given. Appends are kept as tuples (`added`, as cheap as a list's append:
     a piece is indexed with every turn) and put in the arrays when pickled."""
 
@@ -352,8 +352,8 @@ class TermLists:
 
 class PagePieces(Mapping):
     """Page number → the range of its pieces' ids (a page's pieces are indexed one after another), kept as
-    two arrays, the page numbers in order and where each page's pieces end: a dict of ~100K lists was a
-    tenth of a 100K-page session's index cache to unpickle."""
+    two arrays, the page numbers in order and where each page's pieces end, where a dict of lists is an
+    object per page to unpickle (a tenth of a 100K-page session's index cache)."""
 
     __slots__ = ("numbers", "ends")
 
