@@ -70,9 +70,14 @@ def _tokens(low: str, ascii: bool) -> list[str]:
 
 @lru_cache(maxsize=1)
 def _stemmer():
-    import snowballstemmer
+    """snowballstemmer's English stemmer, imported alone: the package's `__init__` imports the
+    stemmers of 30 languages (a fifth of a cold `pager search`'s work beyond its imports)."""
+    from .deferred import defer
 
-    return snowballstemmer.stemmer("english")
+    defer("snowballstemmer")
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    return EnglishStemmer()
 
 
 @lru_cache(maxsize=200_000)

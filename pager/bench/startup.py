@@ -6,8 +6,9 @@ gives the median wall and CPU seconds (user + system, of the process and its chi
 ratios to `pager --help` timed in the same run, so a figure taken on a busy machine can be compared
 with one taken on a quiet one. One more run of each under `python -X importtime` says which packages
 its imports spent the time in, and one process timed phase by phase says where a read-only command's
-seconds go: the imports, the tokenizer, opening the session from its snapshot, the embedder and the
-search, and what reading the store instead would add (LanceDB's import, the session from its tables).
+seconds go: the imports, opening the session from its snapshot, the embedder and the search, and
+what reading the store instead would add (LanceDB's import, the encoding to count the open page
+again, the session from its tables).
 
 `serve` starts `pager serve` on a fresh home and times, from the client: the start until `/healthz`
 says ok, the first offline chat call after that, the hundredth, the first call of a second session
@@ -125,11 +126,11 @@ phase("import pager (home, session, numpy)", lambda: (__import__("pager.home"), 
 from pager.config import Config
 from pager.home import Home
 home = Home(Config.load(home=sys.argv[1]), read_only=True)
-phase("tokenizer (tiktoken cl100k_base)", lambda: home.tokenizer)
-s = phase("session from its snapshot", lambda: home.open(sys.argv[2], read_only=True))
+s = phase("session from its snapshot (the open page's counts with it)", lambda: home.open(sys.argv[2], read_only=True))
 phase("embedder (wordllama)", lambda: home.embedder)
 phase("search: the index and the query's vector", lambda: s.search("Lisbon budget", k=8, record=False))
 phase("LanceDB imported, the store opened", lambda: home.store)
+phase("the encoding (tiktoken cl100k_base), for counts not known", lambda: home.tokenizer._enc)
 from pager.session import Session
 phase("the session read from the store", lambda: Session(home, home.config.user, sys.argv[2]))
 print(json.dumps(spent))

@@ -1,5 +1,6 @@
-"""LanceDB is imported without the REST namespace client pager never uses (pager/lance.py), and the
-client is still there, whole, for whatever reads it."""
+"""Packages imported without the parts pager never uses (pager/deferred.py): LanceDB without its REST
+namespace client (pager/lance.py), snowballstemmer without 29 of its 30 languages; each package is
+still there, whole, for whatever reads it."""
 
 import subprocess
 import sys
@@ -35,3 +36,21 @@ def test_lancedb_imported_first_by_someone_else_is_used_as_it_is(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+STEMMER = """
+import sys
+from pager.search import stem
+assert [stem(w) for w in ("running", "offsites", "budgets")] == ["run", "offsit", "budget"]
+alone = sorted(m for m in sys.modules if m.startswith("snowballstemmer"))
+import snowballstemmer
+assert snowballstemmer.stemmer("french").stemWord("continuellement") == "continuel"
+assert snowballstemmer.stemmer("english").stemWord("running") == "run"
+print(len(alone), "snowballstemmer.french_stemmer" in alone)
+"""
+
+
+def test_the_stemmer_imports_english_alone_and_the_package_stays_whole_for_others():
+    out = subprocess.run([sys.executable, "-c", STEMMER], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "False"], out.stdout
