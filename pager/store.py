@@ -260,7 +260,7 @@ class PageColumns:
             return []
         import pyarrow.compute as pc
 
-        column = self.table.column("keywords").combine_chunks()
+        column = _one_chunk(self.table.column("keywords"))
         rows = pc.list_parent_indices(column).to_numpy()
         words = pc.list_flatten(column).dictionary_encode()
         codes = words.indices.to_numpy()
@@ -281,8 +281,8 @@ class PageColumns:
     def pages(self, start: int, stop: int) -> list[Page]:
         """Rows start..stop-1 as Pages, decoded together (one row by its values: half the cost)."""
         if stop - start == 1:
-            if self._columns is None:
-                self._columns = {name: self.table.column(name).combine_chunks() for name in self.table.column_names}
+            if self._columns is None:   # one chunk is read as it is; only several are copied into one
+                self._columns = {name: _one_chunk(self.table.column(name)) for name in self.table.column_names}
             row = {name: column[start].as_py() for name, column in self._columns.items()}
             return [_page_from({**row, "user": self.user, "session": self.session})]
         rows = self.table.slice(start, stop - start).to_pylist()
@@ -291,6 +291,11 @@ class PageColumns:
     def head(self, k: int) -> "PageColumns":
         """The first k rows."""
         return self if k >= len(self) else PageColumns(self.user, self.session, self.table.slice(0, k))
+
+
+def _one_chunk(column):
+    """A column as one Arrow array: its only chunk as it is, or its chunks copied into one."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 class LanceStore:
