@@ -1,4 +1,7 @@
-"""A package imported without running its `__init__` until something reads what it defines.
+"""A package found, or imported, without running its `__init__` until something reads what it defines.
+
+`folder(name)` is where an installed package's files are, found without importing it: the weights and
+data files pager reads itself (wordllama's, MiniLM's, the tiktoken encodings litellm ships).
 
 Some packages pager depends on import far more in their `__init__` than pager uses: lancedb's REST
 namespace client builds the pydantic schemas of 366 API functions (pager.lance), snowballstemmer
@@ -14,9 +17,18 @@ import importlib.util
 import sys
 import threading
 import types
+from pathlib import Path
 from typing import Any
 
 _lock = threading.RLock()
+
+
+def folder(name: str) -> Path | None:
+    """The folder of installed package `name`, found without running it, or None when it is not installed."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def defer(name: str) -> None:

@@ -41,16 +41,14 @@ class WordLlamaModel:
 
     @classmethod
     def load(cls, dim: int) -> WordLlamaModel:
-        import importlib.util
-        from pathlib import Path
-
         from safetensors import safe_open
         from tokenizers import Tokenizer
 
-        spec = importlib.util.find_spec("wordllama")
-        if spec is None or not spec.submodule_search_locations:
+        from .deferred import folder as package_folder
+
+        folder = package_folder("wordllama")
+        if folder is None:
             raise ImportError("No module named 'wordllama'")
-        folder = Path(next(iter(spec.submodule_search_locations)))
         with safe_open(str(folder / cls.WEIGHTS), framework="np", device="cpu") as weights:
             embedding = weights.get_tensor("embedding.weight")[:, :dim]
         tokenizer = Tokenizer.from_file(str(folder / cls.TOKENIZER))

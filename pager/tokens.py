@@ -7,12 +7,10 @@ imported (it costs seconds): its folder is found with importlib.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import threading
 from functools import lru_cache
-from pathlib import Path
 
 # Model families whose tokenizer is o200k_base; every other model is counted with cl100k.
 O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
@@ -27,11 +25,11 @@ def encoding_for_model(model: str | None) -> str:
 def _offline_cache() -> None:
     if os.environ.get("TIKTOKEN_CACHE_DIR"):
         return
-    spec = importlib.util.find_spec("litellm")
-    if spec and spec.submodule_search_locations:
-        folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-        if folder.is_dir():
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    from .deferred import folder
+
+    litellm = folder("litellm")
+    if litellm is not None and (litellm / "litellm_core_utils" / "tokenizers").is_dir():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(litellm / "litellm_core_utils" / "tokenizers")
 
 
 class Tokenizer:
