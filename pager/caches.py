@@ -136,7 +136,8 @@ class Caches:
             return None  # something was appended since (or the lock is gone): read the store
         snapshot.fallback = lambda: h.store
         for encoding, counts in snapshot.counts.items():
-            get_tokenizer(encoding).learn(counts)
+            if isinstance(counts, dict):   # learned only: the encoding itself loads when a count is unknown
+                get_tokenizer(encoding).learn(counts)
         return snapshot
 
     def meta_changed(self, written_ns: int) -> bool:
