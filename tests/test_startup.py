@@ -128,3 +128,18 @@ def test_the_open_page_from_a_snapshot_packs_as_from_the_store_without_the_encod
     slow = opened()
     assert slow["tiktoken"] is True   # without the snapshot the open page is counted here
     assert {k: v for k, v in fast.items() if k != "tiktoken"} == {k: v for k, v in slow.items() if k != "tiktoken"}
+
+
+def test_the_pager_process_starts_blas_on_one_thread_unless_its_user_chose():
+    from pager.cli.app import one_blas_thread
+
+    environ = {"PATH": "/usr/bin"}
+    one_blas_thread(environ)
+    assert environ["OPENBLAS_NUM_THREADS"] == "1"
+    chosen = {"OMP_NUM_THREADS": "4"}
+    one_blas_thread(chosen)
+    assert chosen == {"OMP_NUM_THREADS": "4"}   # the user's choice is kept, and no other is added
+    # `python -m pager` imports no numpy before main() sets it: a command that needs numpy imports it later
+    out = subprocess.run([sys.executable, "-c", "import sys, pager.cli.app; print('numpy' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
