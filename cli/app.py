@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import os
 import shlex
 import sys
 from collections.abc import MutableMapping
@@ -1038,14 +1039,13 @@ def one_blas_thread(environ: MutableMapping[str, str]) -> None:
     """BLAS on one thread in the `pager` process, unless its user chose a number. OpenBLAS otherwise
     starts a thread per core at numpy's import, and those threads cost every command about a third of
     its CPU and 0.04-0.09 s of its wall while pager's arrays are too small to share out (minilm already runs
-    one thread, pager.minilm). Set before anything imports numpy; a program importing pager keeps its own."""
-    if not any(name in environ for name in BLAS_THREADS):
+    one thread, pager.minilm). Set before anything imports numpy; a program importing pager keeps its own.
+    A variable set to an empty string counts as unset, as pager's own settings do."""
+    if not any(environ.get(name) for name in BLAS_THREADS):
         environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def main() -> None:
-    import os
-
     one_blas_thread(os.environ)
     app()
 
