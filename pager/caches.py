@@ -9,8 +9,10 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import mmap
 import os
 import pickle
+import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +20,13 @@ from typing import TYPE_CHECKING, Callable
 
 from .locks import lock_counts, read_counts_path
 from .page import Page, Packer
-from .store import SCHEMA_VERSION, LanceStore, Store, is_local
+from .errors import StoreError
+from .store import SCHEMA_VERSION, LanceStore, PageColumns, Store, is_local
 from .tokens import get_tokenizer
 
 if TYPE_CHECKING:
     from .home import Home
+    from .search import Index
 
 CACHED_FROM = 1   # pages a session needs before its index is cached at close (was 200: a small session then
 # paid LanceDB's import, ~2.5 s, on every `pager search` to save a cache of a few KB); a snapshot is kept
@@ -47,25 +51,35 @@ class Caches:
         key = f"{self.store_key()}\x00{s.user}\x00{s.name}\x00{h.config.embedder}"
         return h.path / "cache" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.index"
 
-    def cached_index(self, s):
-        """The session's index as a previous process left it, or None. Only this user's own files are
-        read (the cache is a pickle, trusted like the journal); a stale or damaged one is ignored."""
+    def cached_index(self, s) -> "tuple[Index, object] | None":
+        """The session's index as a previous process left it, with its pages' columns as the store held
+        them then (store.PageColumns, read again only from the last of them on), or None. Only this user's
+        own files are read (the cache is a pickle, trusted like the journal); a stale or damaged one is
+        ignored, and columns written before the store's last migration are not used."""
         path = self.index_path(s)
         try:
-            with open(path, "rb") as fh, gc_paused():
-                index = pickle.load(fh)
+            written = path.stat().st_mtime_ns   # before the read: a file replaced meanwhile is newer, not older
+            with gc_paused():
+                cached = read_mapped(path)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError, TypeError,
-                KeyError, IndexError):
+                KeyError, IndexError, struct.error):
             return None   # damaged, or written by a pager that pickled the index otherwise
         from .search import INDEX_FORMAT, Index
 
+        if isinstance(cached, tuple) and len(cached) == 3:   # (the store's schema version, index, columns)
+            version, index, columns = cached
+            if version != SCHEMA_VERSION or (columns is not None and self.meta_changed(written)):
+                columns = None   # the store was migrated since: its pages are read again
+        else:
+            index, columns = cached, None   # an index cached alone
         # an index of another format (its parts pickled otherwise), or of another vector size (made before the
         # store's vectors were cut, m006), is rebuilt
         ok = isinstance(index, Index) and getattr(index, "format", None) == INDEX_FORMAT and index.dim == s.index.dim
-        return index if ok else None
+        return (index, columns) if ok else None
 
     def save_index(self, s) -> None:
-        """Write the session's index if it grew since it was loaded (atomically: temp file, rename)."""
+        """Write the session's index if it grew since it was loaded, with its pages' columns as the store
+        holds them (atomically: temp file, rename)."""
         if (len(s.index) == s.index_saved and not s.index.vocabulary.grew) or len(s.index) < CACHED_FROM:
             return
         path = self.index_path(s)
@@ -74,12 +88,25 @@ class Caches:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             s.index.vectors()  # stack pending rows so the cache holds one array
             s.index.vocabulary.grew = False
-            with open(tmp, "wb") as fh:
-                pickle.dump(s.index, fh, protocol=5)
+            write_mapped(tmp, (SCHEMA_VERSION, s.index, self.stored_columns(s)))
             os.replace(tmp, path)
             s.index_saved = len(s.index)
         except OSError:
             pass  # a cache is an optimisation; the next open rebuilds
+
+    def stored_columns(self, s):
+        """The Arrow columns of the pages the session's index holds, as the store holds them (those it read
+        at the open and the store's since), or None: not a LanceDB store, or the store unreadable now."""
+        h = self.home
+        if s.source is not None or not isinstance(h.store, LanceStore):
+            return None
+        opened = s.pages.stored
+        try:
+            columns = h.store.page_columns(s.user, s.name, opened.table if isinstance(opened, PageColumns) else None)
+        except StoreError:
+            return None
+        columns = columns.head(min(len(columns), len(s.index)))
+        return columns.table.combine_chunks() if columns.table is not None and len(columns) else None
 
     def snapshot_path(self, user: str, session: str) -> Path:
         h = self.home
@@ -345,6 +372,47 @@ def tail_counts(s, last: Page | None, tail: list) -> dict[str, dict[str, int]]:
             packer.add(turn, start)
         start = 0
     return {tokenizer.name: recorder.seen}
+
+
+MAPPED = b"pager mapped pickle 1\n"   # a cache file whose arrays are read in place (read_mapped)
+
+
+def write_mapped(path: Path, obj) -> None:
+    """obj pickled with its large buffers (numpy arrays, Arrow columns) out of band, written after the
+    pickle each at a multiple of 64 bytes, so that read_mapped maps them rather than copying them."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    sizes = [b.raw().nbytes for b in buffers]
+    head = MAPPED + struct.pack(f"<QQ{len(sizes)}Q", len(data), len(sizes), *sizes)
+    parts: list[bytes | memoryview] = [head, data, *(b.raw() for b in buffers)]
+    with open(path, "wb") as fh:
+        for part in parts:
+            fh.write(b"\0" * (-fh.tell() % 64))
+            fh.write(part)
+
+
+def read_mapped(path: Path):
+    """What write_mapped wrote, its buffers mapped copy-on-write (an array is read from the file's pages
+    as it is used, and writable without writing the file); a plain pickle (an earlier cache) read whole."""
+    with open(path, "rb") as fh:
+        if fh.read(len(MAPPED)) != MAPPED:
+            fh.seek(0)
+            return pickle.load(fh)
+        length, count = struct.unpack("<QQ", fh.read(16))
+        if count > 1 << 20:
+            raise ValueError(f"{path} is damaged")
+        sizes = struct.unpack(f"<{count}Q", fh.read(8 * count))
+        view = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY))
+    start = -(-(len(MAPPED) + 16 + 8 * count) // 64) * 64
+    data, at = view[start:start + length], start + length
+    buffers = []
+    for size in sizes:
+        at += -at % 64
+        buffers.append(view[at:at + size])
+        at += size
+    if at > len(view):
+        raise EOFError(f"{path} is cut short")
+    return pickle.loads(data, buffers=buffers)
 
 
 @contextmanager

@@ -153,12 +153,13 @@ class Session:
     # -- loading ------------------------------------------------------------------------------------
     def _load(self, state: dict) -> None:
         store = self.source or self.home.store
-        cached = self.home.cached_index(self)
-        stored = self._stored_pages(store) if cached is not None else None
+        cached, known = self.home.cached_index(self) or (None, None)
+        stored = self._stored_pages(store, known) if cached is not None else None
         self.index_saved = -1  # the cache on disk is behind this index until it is written
         if cached is not None and stored is not None and cached.fits(cast(list, stored)):
             self.index = cached
-            self.index_saved = len(cached)
+            if known is not None or not isinstance(store, LanceStore):   # else written again, with the columns
+                self.index_saved = len(cached)
         else:   # no cache, or one made of other pages: the pages and their vectors, indexed here
             pages, vectors = store.pages(self.user, self.name)
             k = next((i for i, p in enumerate(pages) if p.n != i + 1), len(pages))
@@ -186,11 +187,12 @@ class Session:
         self.calls.unwritten = sorted(owed)
         self.paging.restore(state)
 
-    def _stored_pages(self, store) -> "PageColumns | list[Page]":
+    def _stored_pages(self, store, known=None) -> "PageColumns | list[Page]":
         """The gapless run p1..pk of the pages the store holds, undecoded where the store keeps columns
-        (only that run is trusted: anything after a hole is sealed again from the turns)."""
+        (only that run is trusted: anything after a hole is sealed again from the turns); `known`, the
+        columns the index cache kept, spares reading those pages again."""
         if isinstance(store, LanceStore):
-            columns = store.page_columns(self.user, self.name)
+            columns = store.page_columns(self.user, self.name, known)
             holes = np.flatnonzero(columns.n != np.arange(1, len(columns) + 1))
             return columns.head(int(holes[0]) if len(holes) else len(columns))
         pages, _ = store.pages(self.user, self.name, with_vectors=False)

@@ -281,8 +281,8 @@ class PageColumns:
     def pages(self, start: int, stop: int) -> list[Page]:
         """Rows start..stop-1 as Pages, decoded together (one row by its values: half the cost)."""
         if stop - start == 1:
-            if self._columns is None:   # one chunk is read as it is; only several are copied into one
-                self._columns = {name: _one_chunk(self.table.column(name)) for name in self.table.column_names}
+            if self._columns is None:   # a chunked column finds a row as fast as one chunk does: none copied
+                self._columns = {name: self.table.column(name) for name in self.table.column_names}
             row = {name: column[start].as_py() for name, column in self._columns.items()}
             return [_page_from({**row, "user": self.user, "session": self.session})]
         rows = self.table.slice(start, stop - start).to_pylist()
@@ -291,6 +291,19 @@ class PageColumns:
     def head(self, k: int) -> "PageColumns":
         """The first k rows."""
         return self if k >= len(self) else PageColumns(self.user, self.session, self.table.slice(0, k))
+
+
+def _in_page_order(table):
+    """Rows read from the pages table in one chunk and in page order, a page written twice kept once (its
+    last row, as LanceStore.pages keeps it)."""
+    table = table.combine_chunks()
+    n = table.column("n").to_numpy()
+    if len(n) > 1 and not (n[1:] > n[:-1]).all():   # rows not in page order, or a page twice
+        order = np.argsort(n, kind="stable")
+        ordered = n[order]
+        last = np.append(ordered[1:] != ordered[:-1], True)
+        table = table.take(order[last])
+    return table
 
 
 def _one_chunk(column):
@@ -718,23 +731,30 @@ class LanceStore:
                    if with_vectors else [])
         return [_page_from(r) for r in rows], vectors
 
-    def page_columns(self, user: str, session: str) -> "PageColumns":
+    def page_columns(self, user: str, session: str, known=None) -> "PageColumns":
         """The session's pages as Arrow columns, none decoded (the open of a large session: a Page is made
-        when first touched, Session.pages); without their vectors, in page order, a page written twice kept once."""
+        when first touched, Session.pages); without their vectors, in page order, a page written twice kept once.
+
+        `known` is the columns of p1..pk as this store gave them before (the index cache keeps them): then
+        only pages pk on are read, pk compared with the store's whole. Pages are only ever added, so the
+        store's p1..pk are those; known is not used when its columns or its last page differ."""
+        from lancedb.expr import col, lit
+
         columns = [c for c in self.PAGE_COLUMNS if c not in ("user", "session")] + ["first_turn", "last_turn"]
         if "pages" not in self._tables:
             return PageColumns(user, session, None)
         if "piece_tokens" in self._tables["pages"].schema.names:
             columns.append("piece_tokens")
+        k = known.num_rows if known is not None and known.column_names == columns else 0
+        if k and known.column("n")[k - 1].as_py() == k:
+            tail = _in_page_order(self._read("pages", user, session, col("n") >= lit(k), columns,
+                                             lambda query: query.to_arrow()))
+            if tail.num_rows and tail.schema.equals(known.schema) and tail.slice(0, 1).equals(known.slice(k - 1, 1)):
+                import pyarrow as pa
+
+                return PageColumns(user, session, pa.concat_tables([known.slice(0, k - 1), tail]))
         table = self._read("pages", user, session, None, columns, lambda query: query.to_arrow())
-        table = table.combine_chunks()
-        n = table.column("n").to_numpy()
-        if len(n) > 1 and not (n[1:] > n[:-1]).all():   # rows not in page order, or a page twice
-            order = np.argsort(n, kind="stable")
-            ordered = n[order]
-            last = np.append(ordered[1:] != ordered[:-1], True)   # the last row of each page, as pages() keeps it
-            table = table.take(order[last])
-        return PageColumns(user, session, table)
+        return PageColumns(user, session, _in_page_order(table))
 
     def bookmarks(self, user: str, session: str) -> list[Bookmark]:
         rows = self._rows("bookmarks", user, session)

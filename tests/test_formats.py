@@ -3,6 +3,7 @@ journal (frames), the caches (index pickles, session snapshots) and traces. A st
 ignored; a format newer than this pager is refused, naming the fix."""
 
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -80,7 +81,9 @@ def test_an_index_cache_of_another_format_is_ignored(tmp_path, stale):
             cached.format = INDEX_FORMAT - 1
         path = home.caches.index_path(s)
         path.parent.mkdir(exist_ok=True)
-        path.write_bytes(pickle.dumps(cached, protocol=5))
+        planted = path.with_suffix(".planted")   # put in place as pager writes its caches: never in place,
+        planted.write_bytes(pickle.dumps(cached, protocol=5))   # where the open session's index is mapped from
+        os.replace(planted, path)
     with Home(cfg, embedder=HashEmbedder()) as home:
         s = home.open("s")
         assert (getattr(s.index, "marker", None) == "from the cache") is not stale
