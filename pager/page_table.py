@@ -94,8 +94,18 @@ class PageTable(MutableMapping[int, Entry]):
         return {str(e.n): row(e) for e in self.touched() if e.resident or e.pinned or e.use_count or e.fault_count}
 
     def restore(self, rows: dict) -> None:
+        """Entries as snapshot gave them (a page the table does not hold is skipped); those of the stored
+        pages made here at once, with their fields (a large session's state holds thousands)."""
+        entries, count, tokens, importance = self._entries, self._count, self._tokens, self._importance
+        width = len(self.STATE_FIELDS)
         for key, values in rows.items():
-            entry = self.get(int(key))
-            if entry is not None:
+            n = int(key)
+            entry = entries.get(n)
+            if entry is None and 1 <= n <= count and len(values) == width:
+                *fields, relevance = values
+                entries[n] = Entry(n, int(tokens[n - 1]), *fields, importance=float(importance[n - 1]),
+                                   relevance=relevance)
+            elif entry is not None or 1 <= n <= count:
+                entry = self[n]
                 for name, value in zip(self.STATE_FIELDS, values):
                     setattr(entry, name, value)
