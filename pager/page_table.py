@@ -102,9 +102,9 @@ class PageTable(MutableMapping[int, Entry]):
             n = int(key)
             entry = entries.get(n)
             if entry is None and 1 <= n <= count and len(values) == width:
-                *fields, relevance = values
-                entries[n] = Entry(n, int(tokens[n - 1]), *fields, importance=float(importance[n - 1]),
-                                   relevance=relevance)
+                resident, frame, pinned, referenced, last_use, use_count, fault_count, relevance = values
+                entries[n] = Entry(n, int(tokens[n - 1]), resident, frame, pinned, referenced, last_use, use_count,
+                                   fault_count, float(importance[n - 1]), relevance)
             elif entry is not None or 1 <= n <= count:
                 entry = self[n]
                 for name, value in zip(self.STATE_FIELDS, values):
