@@ -1,9 +1,12 @@
 """Packages imported without the parts pager never uses (pager/deferred.py): LanceDB without its REST
-namespace client (pager/lance.py), snowballstemmer without 29 of its 30 languages; each package is
-still there, whole, for whatever reads it."""
+namespace client and, on Python 3.11, without the `overrides` package's import-time checks, as LanceDB
+imports itself on 3.12 (pager/lance.py); snowballstemmer without 29 of its 30 languages; each package
+is still there, whole, for whatever reads it."""
 
 import subprocess
 import sys
+
+import pytest
 
 PROBE = """
 import sys
@@ -36,6 +39,31 @@ def test_lancedb_imported_first_by_someone_else_is_used_as_it_is(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+OVERRIDES = """
+import sys
+if sys.argv[1] == "first":
+    import overrides
+before = sys.modules.get("overrides")
+from pager import lance
+lancedb = lance.lancedb()
+assert sys.modules.get("overrides") is before   # what it was: the real package, or not imported
+import overrides
+assert overrides.override.__module__ == "overrides.overrides"
+checked = lancedb.db.override is overrides.override
+marked = getattr(lancedb.db.LanceDBConnection.table_names, "__override__", False)
+print(checked, marked)
+"""
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="LanceDB takes typing.override itself there")
+@pytest.mark.parametrize("first", ["first", "not"])
+def test_lancedb_is_imported_as_on_python_3_12_and_overrides_stays_what_it_was(first):
+    out = subprocess.run([sys.executable, "-c", OVERRIDES, first], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    # on 3.11 LanceDB's methods are marked, not checked, as typing.override does on 3.12
+    assert out.stdout.split() == ["False", "True"], out.stdout
 
 
 STEMMER = """
