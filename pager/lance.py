@@ -58,8 +58,8 @@ def _marking_overrides():
         yield
         return
     stand_in = types.ModuleType("overrides")
-    stand_in.override = lambda method=None, **options: _mark(method) if method is not None else _mark  # type: ignore[attr-defined]
-    stand_in.EnforceOverrides = _EnforceOverrides  # type: ignore[attr-defined]
+    stand_in.override = lambda method=None, **options: _mark(method) if method is not None else _mark
+    stand_in.EnforceOverrides = _EnforceOverrides
     before = sys.modules.get("overrides")
     sys.modules["overrides"] = stand_in
     try:
