@@ -132,7 +132,7 @@ class Pages(MutableMapping[int, Page]):
         self._count = len(stored)
         self._made: dict[int, Page] = {}
 
-    stored = property(lambda self: self._stored, doc="the stored pages as they were read (store.PageColumns, or Pages)")
+    stored = property(lambda self: self._stored, doc="the stored pages as they were read (store.PageColumns, or a list of Pages)")
 
     def __getitem__(self, n: int) -> Page:
         page = self._made.get(n)
