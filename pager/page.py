@@ -131,6 +131,7 @@ class Pages(MutableMapping[int, Page]):
         self._stored = stored
         self._count = len(stored)
         self._made: dict[int, Page] = {}
+        self._sealed = 0   # pages sealed since (numbered past the stored ones): len() counts no dict
 
     stored = property(lambda self: self._stored, doc="the stored pages as they were read (store.PageColumns, or a list of Pages)")
 
@@ -148,6 +149,8 @@ class Pages(MutableMapping[int, Page]):
         return stored.pages(start, stop) if hasattr(stored, "pages") else list(stored[start:stop])
 
     def __setitem__(self, n: int, page: Page) -> None:
+        if n > self._count and n not in self._made:
+            self._sealed += 1
         self._made[n] = page
 
     def __delitem__(self, n: int) -> None:
@@ -157,7 +160,7 @@ class Pages(MutableMapping[int, Page]):
         return (isinstance(n, Integral) and 1 <= int(n) <= self._count) or n in self._made
 
     def __len__(self) -> int:
-        return self._count + sum(1 for n in self._made if n > self._count)
+        return self._count + self._sealed
 
     def __iter__(self) -> Iterator[int]:
         yield from range(1, self._count + 1)
