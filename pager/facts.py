@@ -14,14 +14,13 @@ stays exact. Facts are searched with their own small BM25 and the session's embe
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from .search import Index, similarities, terms
+from .search import FixedBM25, Index, similarities, terms
 
 BEFORE = re.compile(r"\b(before|previous(?:ly)?|earlier|used to|formerly|old|originally|changed?)\b", re.I)
 SUPERSEDED_WEIGHT = 0.6   # an old value ranks below the current one, unless the question asks what it was
@@ -73,7 +72,6 @@ class Facts:
         self.items: list[Fact] = []
         self._subjects: dict[str, list[Fact]] = {}
         self._terms: list[Counter] = []
-        self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
         self._cache: dict = {}
         self._lines: dict[int, str] = {}   # fact number -> its line, while no fact is added
@@ -90,7 +88,6 @@ class Facts:
         same.sort(key=lambda f: (f.ts, f.n))
         words = Counter(terms(fact.text))
         self._terms.append(words)
-        self._df.update(words.keys())
         self._vectors.append(vector if vector is not None else np.zeros(0, dtype=np.float32))
         i = same.index(fact)
         return same[i - 1] if i > 0 else None
@@ -136,15 +133,8 @@ class Facts:
         """search's answer as (the facts' places in items, their scores rounded as search gives them)."""
         if not self.items:
             return np.zeros(0, dtype=np.int64), []
-        wanted = query_terms(query)
-        n = len(self.items)
         arrays = self._arrays()
-        scores = np.zeros(n, dtype=np.float64)
-        for w in wanted:
-            if w in arrays["postings"]:
-                at, tf = arrays["postings"][w]
-                idf = math.log(1 + (n - self._df[w] + 0.5) / (self._df[w] + 0.5))
-                scores[at] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * arrays["lengths"][at] / arrays["avg"]))
+        scores = arrays["bm25"].scores(query_terms(query))
         if scores.max() > 0:
             scores /= scores.max()
         if query_vector is not None and self._vectors[0].size:
@@ -158,24 +148,16 @@ class Facts:
         return order, [round(score, 4) for score in scores[order].tolist()]
 
     def _arrays(self) -> dict:
-        """BM25 postings, lengths, the vectors as one matrix and which facts are superseded, rebuilt
+        """BM25 over the statements, the vectors as one matrix and which facts are superseded, rebuilt
         only when facts were added: a search then costs no loop over the facts."""
         if self._cache.get("facts") != len(self.items):
-            postings: dict[str, tuple[list[int], list[int]]] = {}
-            for i, words in enumerate(self._terms):
-                for w, tf in words.items():
-                    at, tfs = postings.setdefault(w, ([], []))
-                    at.append(i)
-                    tfs.append(tf)
-            lengths = np.array([sum(words.values()) for words in self._terms], dtype=np.float64)
             position = {id(f): i for i, f in enumerate(self.items)}
             superseded = np.zeros(len(self.items), dtype=bool)
             for same in self._subjects.values():   # every record but the newest on its subject has a successor
                 superseded[[position[id(f)] for f in same[:-1]]] = True
             self._cache = {
                 "facts": len(self.items),
-                "postings": {w: (np.array(at), np.array(tfs, dtype=np.float64)) for w, (at, tfs) in postings.items()},
-                "lengths": lengths, "avg": float(lengths.sum()) / len(self.items) or 1.0,
+                "bm25": FixedBM25(self._terms),
                 "vectors": np.stack(self._vectors) if self._vectors and self._vectors[0].size else None,
                 "superseded": superseded,
                 "ts": np.array([f.ts for f in self.items], dtype=np.float64),

@@ -34,6 +34,7 @@ carries its per-signal scores so a ranking can be explained.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
@@ -409,6 +410,47 @@ class PagePieces(Mapping):
 
     def __setstate__(self, state: tuple) -> None:
         self.numbers, self.ends = state
+
+
+class FixedBM25:
+    """Okapi BM25 over documents known all at once (a session's facts, its current summaries: rebuilt when
+    one is added). Each word's term for each document holding it is computed when built, in one array
+    step over all of them, so a query costs one array add per word it shares with the documents: asked
+    with the facts and the summaries on every message, each word's handful of array steps was most of
+    their search (BENCHMARKS.md, "The memory tiers' cost"). The scores are those of the terms computed
+    word by word, to the bit: the same operations on the same values."""
+
+    def __init__(self, documents: list[Counter]) -> None:
+        places: dict[str, int] = {}
+        holders: list[list[int]] = []   # per word, the documents holding it, and how often each
+        counts: list[list[int]] = []
+        for i, words in enumerate(documents):
+            for w, tf in words.items():
+                k = places.setdefault(w, len(holders))
+                if k == len(holders):
+                    holders.append([])
+                    counts.append([])
+                holders[k].append(i)
+                counts[k].append(tf)
+        self.n, self.places = len(documents), places
+        df = [len(h) for h in holders]
+        self.bounds = [0, *itertools.accumulate(df)]   # word k's entries are [bounds[k], bounds[k + 1])
+        self.documents = np.fromiter(itertools.chain.from_iterable(holders), dtype=np.int64, count=self.bounds[-1])
+        tf = np.fromiter(itertools.chain.from_iterable(counts), dtype=np.float64, count=self.bounds[-1])
+        lengths = np.array([sum(words.values()) for words in documents], dtype=np.float64)
+        avg = (float(lengths.sum()) / self.n if self.n else 1.0) or 1.0
+        idf = np.repeat(np.array([math.log(1 + (self.n - d + 0.5) / (d + 0.5)) for d in df], dtype=np.float64), df)
+        self.terms = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[self.documents] / avg))
+
+    def scores(self, wanted) -> np.ndarray:
+        """Every document's score for the query's words."""
+        out = np.zeros(self.n, dtype=np.float64)
+        for w in wanted:
+            k = self.places.get(w)
+            if k is not None:
+                a, b = self.bounds[k], self.bounds[k + 1]
+                out[self.documents[a:b]] += self.terms[a:b]
+        return out
 
 
 class BM25:

@@ -20,7 +20,6 @@ current rolling summary also goes into the memory map when the map has room for 
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .facts import best_first, held_turns, query_terms
-from .search import QUOTE, piece_kind, similarities, terms
+from .search import QUOTE, FixedBM25, piece_kind, similarities, terms
 
 ROLLING = "rolling"
 EPISODE = "episode"
@@ -98,7 +97,6 @@ class Summaries:
         self.items: list[Summary] = []
         self.current: dict[str, Summary] = {}
         self._terms: list[Counter] = []
-        self._df: Counter = Counter()
         self._vectors: list[np.ndarray] = []
         self._cache: dict = {}
         self._lines: dict[int, tuple[Summary, str]] = {}
@@ -117,7 +115,6 @@ class Summaries:
         self.current[summary.key] = summary
         words = Counter(terms(summary.text))
         self._terms.append(words)
-        self._df.update(words.keys())
         self._vectors.append(vector if vector is not None else np.zeros(0, dtype=np.float32))
         return older
 
@@ -139,14 +136,7 @@ class Summaries:
         live = arrays["live"]
         if not live:
             return []
-        wanted = query_terms(query)
-        n, df = len(live), arrays["df"]
-        scores = np.zeros(n, dtype=np.float64)
-        for w in wanted:
-            if w in arrays["postings"]:
-                at, tf = arrays["postings"][w]
-                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                scores[at] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * arrays["lengths"][at] / arrays["avg"]))
+        scores = arrays["bm25"].scores(query_terms(query))
         if scores.max() > 0:
             scores /= scores.max()
         if query_vector is not None and self._vectors[live[0]].size:
@@ -156,25 +146,15 @@ class Summaries:
         return [(self.items[live[j]], round(score, 4)) for j, score in zip(order.tolist(), scores[order].tolist())]
 
     def _arrays(self) -> dict:
-        """The current summaries' BM25 postings, lengths and vectors, rebuilt only when summaries were
+        """BM25 over the current summaries and their vectors, rebuilt only when summaries were
         added: a search then costs no loop over the summaries."""
         if self._cache.get("items") != len(self.items):
             live = [i for i, s in enumerate(self.items) if self.current.get(s.key) is s]
-            postings: dict[str, tuple[list[int], list[int]]] = {}
-            for j, i in enumerate(live):
-                for w, tf in self._terms[i].items():
-                    at, tfs = postings.setdefault(w, ([], []))
-                    at.append(j)
-                    tfs.append(tf)
-            lengths = np.array([sum(self._terms[i].values()) for i in live], dtype=np.float64)
             self._cache = {
                 "items": len(self.items), "live": live,
-                "df": {w: len(at) for w, (at, _) in postings.items()},
-                "postings": {w: (np.array(at), np.array(tfs, dtype=np.float64)) for w, (at, tfs) in postings.items()},
-                "lengths": lengths, "avg": float(lengths.sum()) / len(live) if live else 1.0,
+                "bm25": FixedBM25([self._terms[i] for i in live]),
                 "vectors": np.stack([self._vectors[i] for i in live]) if live and self._vectors[live[0]].size else None,
             }
-            self._cache["avg"] = self._cache["avg"] or 1.0
         return self._cache
 
     def line(self, s: Summary) -> str:

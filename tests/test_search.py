@@ -430,3 +430,35 @@ def test_a_request_without_a_question_mark_is_a_question_not_an_answer():
               "[p71 · 1 Dec 2026]\nuser: Tell me about the Lisbon offsite\n")
     answer = OfflineShell().answer("How much money did we have for the Lisbon offsite?", system)
     assert answer.startswith("From p16") and "Tell me about" not in answer, answer
+
+
+def test_bm25_over_fixed_documents_scores_as_the_formula_word_by_word():
+    """FixedBM25 (the facts' and summaries' BM25) computes each word's terms when built; a query's scores
+    are those of Okapi BM25 computed word by word at query time, to the bit, for words shared or not."""
+    import math
+    import random
+    from collections import Counter
+
+    import numpy as np
+    from pager.search import FixedBM25
+
+    seed = 5
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(300)]
+    documents = [Counter(rng.choices(vocabulary, k=rng.randint(1, 30))) for _ in range(500)] + [Counter()]
+    n = len(documents)
+    lengths = np.array([sum(d.values()) for d in documents], dtype=np.float64)
+    avg = float(lengths.sum()) / n
+    bm25 = FixedBM25(documents)
+    for _ in range(50):
+        query = rng.sample(vocabulary + ["never"], 5)
+        expected = np.zeros(n)
+        for w in query:
+            at = np.array([i for i, d in enumerate(documents) if w in d], dtype=np.int64)
+            if len(at):
+                tf = np.array([documents[i][w] for i in at], dtype=np.float64)
+                idf = math.log(1 + (n - len(at) + 0.5) / (len(at) + 0.5))
+                expected[at] += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[at] / avg))
+        assert np.array_equal(bm25.scores(query), expected), (seed, query)
+    assert FixedBM25([]).scores(["w1"]).shape == (0,)
+    assert not FixedBM25([Counter()]).scores(["w1"]).any()
