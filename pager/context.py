@@ -781,13 +781,14 @@ EXCERPTS_TITLE = "[excerpts of pages on disk]"
 
 
 def message_vector(session: Session, message: str):
-    """The message's vector as the facts and summaries are searched with (float16-rounded, as they
-    are stored), embedded once per message: both tiers ask for it."""
-    held = session.render.message_vector
-    if held is None or held[0] != message:
-        held = session.render.message_vector = (
-            message, session.home.embedder.embed([message])[0].astype("float16").astype("float32"))
-    return held[1]
+    """The message's vector as the facts and summaries are searched with, float16-rounded as theirs are
+    stored: the page search's (search.Index.query_vector: the speakers it names left out, embedded once
+    per message), or, for an embedder that reads names as part of a sentence (`whole_message`), the
+    whole message's."""
+    embedder = session.home.embedder
+    vector = embedder.embed([message])[0] if getattr(embedder, "whole_message", False) else \
+        session.index.query_vector(message, embedder)
+    return vector.astype("float16").astype("float32")
 
 
 def slab_title(slab: list[tuple]) -> str:

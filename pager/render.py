@@ -42,7 +42,6 @@ class Renderer:
         self._fixed: tuple[int, int, int, int, int] | None = None
         self._excerpt_head: tuple[int, str, int] | None = None   # (page, date, tokens of "- p42 · 8 May 2023 ·")
         self._newest: tuple[int, list[int]] | None = None
-        self.message_vector: tuple | None = None   # (message, its vector): context.message_vector
         self.state_block: tuple | None = None   # (what it was made of, the working state's block): context.render_state
         self.rolling_line: tuple | None = None   # (summary line, {room: the map's line}): context.rolling_line
 
@@ -317,6 +316,13 @@ class Renderer:
                 self._line_shares.clear()
             share = self._line_shares[line] = own + 1 if regular else 0
         return share
+
+    def count_block_line(self, line: str) -> None:
+        """Count a line (a fact's, a summary's) as the blocks holding it will sum it: its share
+        (line_share), or, where it has none, the line with a newline and with a separator after it."""
+        if not self.line_share(line):
+            self._with_suffix(line, "\n")
+            self._with_suffix(line, "\n\n")
 
     def _with_suffix(self, line: str, suffix: str) -> int:
         """Tokens of line + suffix (a newline, a separator), cached like line_tokens; from the line's own

@@ -792,6 +792,7 @@ class Index:
         state.pop("_spare", None)
         state.pop("scored", None)
         state.pop("_memo", None)
+        state.pop("_query", None)
         state["_cache"] = {}
         state["_vectors"] = vectors
         return state
@@ -862,15 +863,29 @@ class Index:
         words = [x for x in _WORD.findall(query.lower()) if x not in STOPWORDS and x not in self.speakers]
         for extra in self.vocabulary.expand(words, embedder, threshold=getattr(embedder, "expand_threshold", 0.55)):
             weighted.setdefault(stem(extra), 0.5)
-        named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
-        # names are the speaker signal's job; in an averaged embedding they pull every turn of that person closer
-        bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
-        qv = embedder.embed([bare if bare.strip() else query])[0]
+        named, qv = self._embedded(query, embedder)
         bm25 = self.bm25.scores(weighted)
         vector, screened = self._vector_scores(qv, bm25)
         found = (weighted, bm25, named, vector)
         self._memo = (stamp, found, screened)
         return found
+
+    def query_vector(self, query: str, embedder) -> np.ndarray:
+        """The query's vector as the search scores pieces with: embedded without the speakers it names."""
+        return self._embedded(query, embedder)[1]
+
+    def _embedded(self, query: str, embedder) -> tuple[set[str], np.ndarray]:
+        """(the speakers the query names, its vector without them), kept for the last query until a page is
+        added: names are the speaker signal's job; in an averaged embedding they pull every turn of that
+        person closer. The facts and summaries are searched with the same vector (context.message_vector):
+        one embedding a message, where a second cost ~0.1-0.3 ms (BENCHMARKS.md, "The memory tiers' cost")."""
+        stamp = (query, len(self.piece_page), id(embedder))
+        held = getattr(self, "_query", None)
+        if held is None or held[0] != stamp:
+            named = {s for s in self.speakers if s and re.search(rf"\b{re.escape(s)}\b", query.lower())}
+            bare = re.sub("|".join(rf"\b{re.escape(s)}\b" for s in named), " ", query, flags=re.I) if named else query
+            held = self._query = (stamp, named, embedder.embed([bare if bare.strip() else query])[0])
+        return held[1], held[2]
 
     def _vector_scores(self, qv: np.ndarray, bm25: np.ndarray) -> tuple[np.ndarray, tuple | None]:
         """(every piece's vector score, clamped at 0; for a screened search (query vector, which pieces were

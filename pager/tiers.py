@@ -89,6 +89,19 @@ class Tier:
                 s.emit(kind.op, **kind.made(record, older))
             elif event:
                 s.emit(f"{kind.op}_in", **kind.taken(record))
+            if event and kind.text is not None:
+                self.count_line(record, older)
+
+    def count_line(self, record, older) -> None:
+        """Count a new fact's or summary's line as the slabs and the summaries block will sum it (and the
+        line of the fact it supersedes, which now says so): when it is written, not in the first question
+        that ranks it. A memory model writes a few at a time; a question ranks hundreds, ~20 of them new
+        (BENCHMARKS.md, "The memory tiers' cost"). Loaded records are counted as questions rank them."""
+        render, records = self.session.render, self.records
+        assert isinstance(records, (Facts, Summaries))   # the tiers whose records are embedded
+        render.count_block_line(records.line(record))
+        if older is not None and self.kind is FACT:
+            render.count_block_line(records.line(older))
 
     def take(self, records: list, store: bool = False, event: str = "in", refreshed: bool = False) -> None:
         """Records other processes made, in number order; with store (or while a gap remains), the

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Set
 from rich.table import Table
 from rich.text import Text
 
+from .context import message_vector
 from .search import terms
 from .session import Session
 
@@ -164,8 +165,7 @@ def tier_hits(session: Session, query: str, k: int = 8) -> list[dict]:
     """What a search finds besides pages, each row marked with its kind: facts (superseded ones
     with their dates), current summaries (with the pages they cover), and working-state changes."""
     rows: list[dict] = []
-    vector = session.home.embedder.embed([query])[0].astype("float16").astype("float32") if (
-        session.facts.items or session.summaries.items) else None
+    vector = message_vector(session, query) if session.facts.items or session.summaries.items else None
     floor, wanted = session.home.config.weak_similarity, set(terms(query))
 
     def weak(text: str, score: float) -> bool:

@@ -241,3 +241,55 @@ def test_the_offline_shell_quotes_a_fact_the_context_shows_and_a_superseded_one_
     assert now.startswith("From fact f7 (9 May 2025, p31): “Ana lives in Berlin") and "Paris" not in now, now
     before = shell.answer("Where did Ana live before?", system)
     assert "f2" in before and "Paris" in before, before
+
+
+@pytest.mark.parametrize("whole_message", [False, True])
+def test_a_message_is_embedded_once_for_the_pages_the_facts_and_the_summaries(tmp_path, whole_message):
+    """The facts and summaries are searched with the page search's vector of the message (the speakers it
+    names left out), not an embedding of their own: one embedding a message, a second one cost ~0.1-0.3 ms.
+    An embedder that reads names as part of a sentence (minilm: `whole_message`) embeds the whole message
+    for them."""
+    from pager.summaries import Draft as SummaryDraft
+
+    class Counting(HashEmbedder):
+        texts: list[str] = []
+
+        def embed(self, texts):
+            Counting.texts += list(texts)
+            return super().embed(texts)
+
+    Counting.whole_message = whole_message
+    config = Config(home=tmp_path / "h", budget=2048, page_tokens=128, embedder="hash")
+    home = Home(config, store=MemoryStore(), embedder=Counting(), durable=False)
+    s = session_with_facts(home)
+    s.add_summaries([SummaryDraft("episode", "the move", "Maya moved from Paris to Berlin.", (1, 44))], "script")
+    Counting.texts = []
+    message = "What did Maya say about her medication dose?"
+    ctx = build(s, message, chat=False, autopage=False)
+    asked = sorted(set(t for t in Counting.texts if "medication dose" in t))
+    bare = "What did   say about her medication dose?"
+    assert asked == ([bare, message] if whole_message else [bare]), Counting.texts
+    assert ctx.facts and ctx.summaries == [1]   # both tiers were searched, with that vector
+    assert s.facts.history("medication dose")[0].n in ctx.facts
+    home.journal.close(remove=True)
+
+
+def test_a_fact_line_is_counted_when_the_fact_is_written(tmp_path):
+    """A fact's line (and the line of the fact it supersedes, which now says so) is counted when the fact is
+    written, not by the first question that ranks it: that question's slabs count no line."""
+    home = home_for(tmp_path)
+    s = session_with_facts(home)
+    older = s.facts.history("home city")[-1]
+    made = s.add_facts([Draft("home city", "Maya moved again, to Lisbon.", (60,))], "script")
+    shares = s.render._line_shares
+    assert s.facts.line(made[0]) in shares and s.facts.line(older) in shares
+    assert "superseded by" in s.facts.line(older)
+    counted = []
+    real = s.tokenizer.count
+    s.tokenizer.count = lambda text: counted.append(text) or real(text)
+    try:
+        build(s, "Where does Maya live now?", chat=False)
+    finally:
+        del s.tokenizer.count
+    assert not [t for t in counted if t.startswith("- f")], counted
+    home.journal.close(remove=True)
