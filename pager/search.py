@@ -415,9 +415,8 @@ class PagePieces(Mapping):
 class FixedBM25:
     """Okapi BM25 over documents known all at once (a session's facts, its current summaries: rebuilt when
     one is added). Each word's term for each document holding it is computed when built, in one array
-    step over all of them, so a query costs one array add per word it shares with the documents: asked
-    with the facts and the summaries on every message, each word's handful of array steps was most of
-    their search (BENCHMARKS.md, "The memory tiers' cost"). The scores are those of the terms computed
+    step over all of them, so a query costs one array add per word it shares with the documents, not a
+    handful (both tiers are searched on every message). The scores are those of the terms computed
     word by word, to the bit: the same operations on the same values."""
 
     def __init__(self, documents: list[Counter]) -> None:
