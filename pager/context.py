@@ -169,8 +169,8 @@ def build(session: Session, message: str = "", prefix: str = "", scratch_tokens:
                    state, texts, summaries, known, leftover if cfg.fill and searched else None)
     packed += filled
     ctx.filled = len(filled)
-    ctx.facts = [f.n for slab in packed for f, _ in slab if not isinstance(f, Excerpt)]
-    ctx.excerpts = [x.turn for slab in packed for x, _ in slab if isinstance(x, Excerpt)]
+    ctx.facts = [f.n for slab in packed if not of_excerpts(slab) for f, _ in slab]
+    ctx.excerpts = [x.turn for slab in packed if of_excerpts(slab) for x, _ in slab]
     ctx.summaries = shown_summaries
     return ctx
 
@@ -199,9 +199,11 @@ def page_with_facts(session: Session, message: str, frames: int,
     cfg = session.home.config
     most = max(0, min(int(frames * cfg.fact_share), frames - 2 - session.pinned_count()))
     room = max(session.autopage_room(frames), 1)
+    # the fact search first: the page search's sweep over every piece leaves its arrays out of the caches
+    matches = fact_matches(session, message) if session.facts and message.strip() else None
     hits = session.search(message, k=room, tail=False, depth=session.autopage_room(frames - most), record=autopage)
     weights = piece_weights(session)
-    ranked = rerank_facts(session, message, rank_facts(session, message, weights))
+    ranked = rerank_facts(session, message, rank_facts(session, message, weights, matches))
     fixed = fixed_pages(session)
     above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
     most_excerpts = min(cfg.excerpt_slabs, most)
@@ -245,9 +247,9 @@ def fill(session: Session, ranked: list[tuple], packed: list[list[tuple]], pages
     if room < MIN_FILL:
         return []
     shown = set(pages)
-    held = {f.n for block in packed for f, _ in block if not isinstance(f, Excerpt)}
-    told = {t for block in packed for item, _ in block
-            for t in ((item.turn,) if isinstance(item, Excerpt) else item.turns)}
+    held = {f.n for block in packed if not of_excerpts(block) for f, _ in block}
+    told = {x.turn for block in packed if of_excerpts(block) for x, _ in block}
+    told.update(t for block in packed if not of_excerpts(block) for f, _ in block for t in f.turns)
     told |= {t for n in shown if n in session.pages for t, _, _ in session.pages[n].spans}
     rest = [(f, line) for f, line, _ in ranked if f.n not in held and not (f.pages and shown.issuperset(f.pages))]
     out = pack_slabs(session, breadth_first(rest, told), 1, limit=room)
@@ -298,20 +300,59 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
     if not told or not len(weights):
         return hits
     ranked = []
-    count = len(weights)
+    page_turns = turn_weights(session, weights)
     for i, hit in enumerate(hits):
-        ids = session.index.page_pieces.get(hit.n, [])
-        spans = session.pages[hit.n].spans if hit.n in session.pages else []
-        ids = ids[: len(spans)]
-        # the pieces' weights in one array op (0 for a piece the search did not score)
-        read = weights[ids].tolist() if ids and max(ids) < count else \
-            [float(weights[piece]) if piece < count else 0.0 for piece in ids]
-        best = kept = 0.0
-        for weight, (turn, _, _) in zip(read, spans):
-            best = max(best, weight)
-            kept = max(kept, weight * TOLD_SHARE if turn in told else weight)
-        ranked.append((-(hit.score * kept / best) if best > 0 else -hit.score, i))
+        turns = page_turns(hit.n)
+        best = max(turns.values(), default=0.0)
+        if best > 0:
+            kept = best if turns.keys().isdisjoint(told) else \
+                max([weight * TOLD_SHARE if turn in told else weight for turn, weight in turns.items()])
+            ranked.append((-(hit.score * kept / best), i))
+        else:
+            ranked.append((-hit.score, i))
     return [hits[i] for _, i in sorted(ranked)]
+
+
+class TurnWeights:
+    """The weight of each turn on a page: the most of its pieces' weights (piece_weights; 0 for a piece
+    the search did not score), read once per search. split values the pages by it and beside_facts
+    orders them by it, most often the same pages."""
+
+    def __init__(self, session: Session, weights) -> None:
+        self.session, self.weights = session, weights
+        self.key = (len(session.index.piece_page), len(session.pages))
+        self.read: dict[int, dict[int, float]] = {}
+
+    def __call__(self, n: int) -> dict[int, float]:
+        out = self.read.get(n)
+        if out is None:
+            session, weights = self.session, self.weights
+            ids = session.index.page_pieces.get(n, [])
+            spans = session.pages[n].spans if n in session.pages else []
+            ids = ids[: len(spans)]
+            count = len(weights)
+            # the pieces' weights in one array op
+            read = weights[ids].tolist() if ids and max(ids) < count else \
+                [float(weights[piece]) if piece < count else 0.0 for piece in ids]
+            out = self.read[n] = {}
+            for (t, _, _), weight in zip(spans, read):   # a turn's most, never below 0
+                held = out.get(t)
+                if held is None:
+                    out[t] = weight if weight > 0.0 else 0.0
+                elif weight > held:
+                    out[t] = weight
+        return out
+
+
+def turn_weights(session: Session, weights) -> TurnWeights:
+    """The session's TurnWeights for these weights (kept while the search, the pieces and the pages are the same)."""
+    held = _TURN_WEIGHTS.get(session)
+    if held is None or held.weights is not weights or held.key != (len(session.index.piece_page), len(session.pages)):
+        held = _TURN_WEIGHTS[session] = TurnWeights(session, weights)
+    return held
+
+
+_TURN_WEIGHTS: "weakref.WeakKeyDictionary[Session, TurnWeights]" = weakref.WeakKeyDictionary()
 
 
 def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozenset()) -> list[tuple]:
@@ -321,13 +362,14 @@ def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozense
     cells, down on 1)."""
     told = set(told)
     first, again = [], []
+    known, tell = told.issuperset, told.update
     for item in facts:
         turns = item[0].turns
-        if turns and told.issuperset(turns):
+        if turns and known(turns):
             again.append(item)
         else:
             first.append(item)
-            told.update(turns)
+            tell(turns)
     return first + again
 
 
@@ -533,7 +575,7 @@ def fact_pieces(session: Session, fact) -> tuple[int, ...]:
 _FACT_PIECES: "weakref.WeakKeyDictionary[Session, dict[int, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
 
 
-def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
+def rank_facts(session: Session, message: str, weights=None, matches: tuple | None = None) -> list[tuple]:
     """(fact, its line, its weight) for the facts the message is about, best first: by the fact's own
     match (with the date signal of the page search when the message names a date and `fact_dates` is
     on) and by the weight of the piece it came from, each a share of the best. A fact the search
@@ -541,14 +583,12 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
     weight is the piece's alone: the split compares it with the weights of pieces on pages.
 
     The candidates are the facts the fact search ranks highest and those of the best-weighted pieces;
-    the weights of all facts are read from one array op (`fact_weights`), not fact by fact."""
+    the weights of all facts are read from one array op (`fact_weights`), not fact by fact. `matches`:
+    the fact search's answer (fact_matches), when it was made already."""
     if not session.facts or not message.strip():
         return []
-    vector = message_vector(session, message)
-    span = date_range(message, session.clock()) if session.home.config.fact_dates else None
     items = session.facts.items
-    own, scores = session.facts.scored(message, vector, k=MOST_FACTS, span=span,
-                                       vector_weight=getattr(session.home.embedder, "fact_vector_weight", 0.5))
+    own, scores = matches or fact_matches(session, message)
     best = scores[0] if scores and scores[0] > 0 else 1.0
     matched = np.zeros(len(items), dtype=np.float64)
     matched[own] = np.array(scores, dtype=np.float64) / best   # each score / best, as one at a time
@@ -580,6 +620,13 @@ def rank_facts(session: Session, message: str, weights=None) -> list[tuple]:
             line = lines[f.n] = session.facts.line(f)
         out.append((f, line, read[i]))
     return out
+
+
+def fact_matches(session: Session, message: str) -> tuple[np.ndarray, list[float]]:
+    """The fact search's answer for the message (Facts.scored: the facts' places and their scores)."""
+    span = date_range(message, session.clock()) if session.home.config.fact_dates else None
+    return session.facts.scored(message, message_vector(session, message), k=MOST_FACTS, span=span,
+                                vector_weight=getattr(session.home.embedder, "fact_vector_weight", 0.5))
 
 
 def fact_numbers(session: Session) -> np.ndarray:
@@ -657,20 +704,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     shown: set[int] = {t for n in fixed if n in session.pages for t, _, _ in session.pages[n].spans}
     shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
 
-    read: dict[int, dict[int, float]] = {}
-
-    def page_turns(n: int) -> dict[int, float]:
-        """The weight of each turn on page n (read once per call: the loop asks again while facts win)."""
-        out = read.get(n)
-        if out is None:
-            ids = session.index.page_pieces.get(n, [])
-            spans = session.pages[n].spans
-            out = read[n] = {}
-            read_weights = weights[ids[: min(len(spans), len(ids), len(weights))]].tolist()
-            for (t, _, _), weight in zip(spans, read_weights):
-                out[t] = max(out.get(t, 0.0), weight)
-        return out
-
+    page_turns = turn_weights(session, weights)
     offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
     # (a fact's turns as a set, made once: the loop asks of each offer whether they were all shown)
     known, counted = session.render.known_lines(), session.render.line_tokens
@@ -791,8 +825,13 @@ def message_vector(session: Session, message: str):
     return vector.astype("float16").astype("float32")
 
 
+def of_excerpts(slab: list[tuple]) -> bool:
+    """Whether a slab holds excerpts (a slab is packed from facts or from excerpts, never both)."""
+    return bool(slab) and isinstance(slab[0][0], Excerpt)
+
+
 def slab_title(slab: list[tuple]) -> str:
-    return EXCERPTS_TITLE if slab and isinstance(slab[0][0], Excerpt) else FACTS_TITLE
+    return EXCERPTS_TITLE if of_excerpts(slab) else FACTS_TITLE
 
 
 def slab_text(slab: list[tuple]) -> str:
@@ -827,21 +866,27 @@ def counted_slabs(session: Session, ranked: list[tuple], slabs: int, title: str 
     # bisect_left(most, cost) and the most any bin can take is most[-1]
     most = list(itertools.accumulate(free, max))
     room = most[-1] if slabs else 0   # a line costing more is passed over
-    costs = session.render.known_lines()
+    costs, shares = session.render.known_lines(), session.render.known_shares()
+    summed = [0] * slabs   # each bin's lines' shares (Renderer.line_share), -1 once a line has none
     for item in ranked:
         if room < 2:
             break   # no line costs less than a token and its newline
-        cost = costs.get(item[1])
-        if cost is None:
-            if item[1].count(" ") + 1 >= room and least_tokens(item[1]) >= room:   # (the bound is at most that)
-                continue   # it cannot fit: passed over, as its count would pass it over, without counting it
-            cost = session.render.line_tokens(item[1])
-        cost += 1
+        share = shares.get(item[1])
+        if share:   # its tokens and one for its newline: the cost below
+            cost = share
+        else:
+            cost = costs.get(item[1])
+            if cost is None:
+                if item[1].count(" ") + 1 >= room and least_tokens(item[1]) >= room:   # (the bound is at most that)
+                    continue   # it cannot fit: passed over, as its count would pass it over, without counting it
+                cost = session.render.line_tokens(item[1])
+            cost += 1
         if cost > room:
             continue
         b = bisect.bisect_left(most, cost)   # first fit
         bins[b].append(item)
         free[b] -= cost
+        summed[b] = summed[b] + cost if share and summed[b] >= 0 else -1
         for j in range(b, slabs):   # most[j] falls only as far as the bins up to j allow
             held = max(most[j - 1], free[j]) if j else free[j]
             if held == most[j]:
@@ -849,8 +894,11 @@ def counted_slabs(session: Session, ranked: list[tuple], slabs: int, title: str 
             most[j] = held
         room = most[-1]
     out = []
-    for slab in bins:  # the per-line estimate may be off by a merge at the newline: verify each slab
-        tokens = slab_tokens(session, slab) if slab else 0
+    head = session.render.head_tokens(title, SEPARATOR)
+    for slab, shared in zip(bins, summed):
+        # a slab of lines with shares is counted as list_tokens sums it; any other, counted again: the
+        # per-line estimate may be off by a merge at the newline
+        tokens = (head + shared if shared >= 0 else slab_tokens(session, slab)) if slab else 0
         while tokens > limit:
             slab.pop()
             tokens = slab_tokens(session, slab) if slab else 0

@@ -258,6 +258,14 @@ class Renderer:
         """The texts line_tokens has counted and their counts (read only: a lookup without a call)."""
         return self._line_costs
 
+    def known_shares(self) -> dict[str, int]:
+        """The lines line_share has answered and their shares (read only: a lookup without a call)."""
+        return self._line_shares
+
+    def head_tokens(self, title: str, separator: str) -> int:
+        """What a block's title adds to the shares of its lines, all of which have one, in list_tokens's sum."""
+        return self.line_tokens(title + "\n") - _SUMMED[separator]
+
     def _keep(self, key: str, cost: int) -> int:
         """Cache a text's count (the cache is cleared past 100,000 texts) and return it."""
         if len(self._line_costs) > 100_000:

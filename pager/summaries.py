@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .facts import best_first, held_turns, query_terms
+from .facts import best_first, held_turns, positive, query_terms
 from .search import QUOTE, FixedBM25, piece_kind, similarities, terms
 
 ROLLING = "rolling"
@@ -137,10 +137,11 @@ class Summaries:
         if not live:
             return []
         scores = arrays["bm25"].scores(query_terms(query))
-        if scores.max() > 0:
-            scores /= scores.max()
+        top = scores.max()
+        if top > 0:
+            scores /= top
         if query_vector is not None and self._vectors[live[0]].size:
-            scores += 0.5 * np.clip(similarities(arrays["vectors"], query_vector), 0, None)
+            scores += 0.5 * positive(similarities(arrays["vectors"], query_vector))
         order = best_first(scores, k)
         order = order[scores[order] > 0]
         return [(self.items[live[j]], round(score, 4)) for j, score in zip(order.tolist(), scores[order].tolist())]
