@@ -875,12 +875,12 @@ def counted_slabs(session: Session, ranked: list[tuple], slabs: int, title: str 
         if share:   # its tokens and one for its newline: the cost below
             cost = share
         else:
-            cost = costs.get(item[1])
-            if cost is None:
+            known = costs.get(item[1])
+            if known is None:
                 if item[1].count(" ") + 1 >= room and least_tokens(item[1]) >= room:   # (the bound is at most that)
                     continue   # it cannot fit: passed over, as its count would pass it over, without counting it
-                cost = session.render.line_tokens(item[1])
-            cost += 1
+                known = session.render.line_tokens(item[1])
+            cost = known + 1
         if cost > room:
             continue
         b = bisect.bisect_left(most, cost)   # first fit
