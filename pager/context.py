@@ -24,8 +24,9 @@ import bisect
 import hashlib
 import itertools
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -203,6 +204,7 @@ def page_with_facts(session: Session, message: str, frames: int,
     matches = fact_matches(session, message) if session.facts and message.strip() else None
     hits = session.search(message, k=room, tail=False, depth=session.autopage_room(frames - most), record=autopage)
     weights = piece_weights(session)
+    turn_weights(session, weights).load(h.n for h in hits)   # the pages split values and beside_facts orders
     ranked = rerank_facts(session, message, rank_facts(session, message, weights, matches))
     fixed = fixed_pages(session)
     above = [h for h in hits if h.score >= cfg.autopage_min_score] if autopage else []
@@ -316,7 +318,7 @@ def beside_facts(session: Session, hits: list, weights, told: set[int]) -> list:
 class TurnWeights:
     """The weight of each turn on a page: the most of its pieces' weights (piece_weights; 0 for a piece
     the search did not score), read once per search. split values the pages by it and beside_facts
-    orders them by it, most often the same pages."""
+    orders them by it, most often the same pages: `load` reads the weights of many pages at once."""
 
     def __init__(self, session: Session, weights) -> None:
         self.session, self.weights = session, weights
@@ -326,22 +328,37 @@ class TurnWeights:
     def __call__(self, n: int) -> dict[int, float]:
         out = self.read.get(n)
         if out is None:
-            session, weights = self.session, self.weights
-            ids = session.index.page_pieces.get(n, [])
-            spans = session.pages[n].spans if n in session.pages else []
-            ids = ids[: len(spans)]
-            count = len(weights)
-            # the pieces' weights in one array op
-            read = weights[ids].tolist() if ids and max(ids) < count else \
-                [float(weights[piece]) if piece < count else 0.0 for piece in ids]
-            out = self.read[n] = {}
-            for (t, _, _), weight in zip(spans, read):   # a turn's most, never below 0
-                held = out.get(t)
-                if held is None:
-                    out[t] = weight if weight > 0.0 else 0.0
-                elif weight > held:
-                    out[t] = weight
+            self.load([n])
+            out = self.read[n]
         return out
+
+    def load(self, pages: Iterable[int]) -> None:
+        """Read the turns' weights of the pages not read yet, in one array op."""
+        session, read = self.session, self.read
+        wanted, spans, ids = [], [], []
+        for n in dict.fromkeys(pages):
+            if n in read:
+                continue
+            on_page = session.pages[n].spans if n in session.pages else []
+            wanted.append(n)
+            spans.append(on_page)
+            ids.append(session.index.page_pieces.get(n, [])[: len(on_page)])
+        if not wanted:
+            return
+        every = list(itertools.chain.from_iterable(ids))
+        count = len(self.weights)
+        weights = self.weights[every].tolist() if every and max(every) < count else \
+            [float(self.weights[piece]) if piece < count else 0.0 for piece in every]
+        at = 0
+        for n, on_page, held in zip(wanted, spans, ids):
+            out = read[n] = {}
+            for (t, _, _), weight in zip(on_page, weights[at: at + len(held)]):   # a turn's most, never below 0
+                most = out.get(t)
+                if most is None:
+                    out[t] = weight if weight > 0.0 else 0.0
+                elif weight > most:
+                    out[t] = weight
+            at += len(held)
 
 
 def turn_weights(session: Session, weights) -> TurnWeights:
@@ -357,14 +374,13 @@ _TURN_WEIGHTS: "weakref.WeakKeyDictionary[Session, TurnWeights]" = weakref.WeakK
 
 def breadth_first(facts: list[tuple], told: set[int] | frozenset[int] = frozenset()) -> list[tuple]:
     """Facts in rank order, those telling a turn no fact before them (nor `told`) told first, then the
-    others: a second fact of the same turn is shown only when the slabs have room left for it
-    (coverage, third round of issue 14: +0.001 to +0.002, up on 10 of the 24 conversation × budget
-    cells, down on 1)."""
+    others: a second fact of the same turn is shown only when the slabs have room left for it (on
+    LoCoMo, coverage +0.001 to +0.002: up on 10 of the 24 conversation × budget cells, down on 1)."""
     told = set(told)
     first, again = [], []
     known, tell = told.issuperset, told.update
     for item in facts:
-        turns = item[0].turns
+        turns = item[0].turn_set
         if turns and known(turns):
             again.append(item)
         else:
@@ -596,7 +612,7 @@ def rank_facts(session: Session, message: str, weights=None, matches: tuple | No
     candidate[own] = True
     weighted = weights is not None and len(weights)
     if weighted:
-        owner, pieces = _fact_index(session)
+        owner, pieces, _, _ = _fact_index(session)
         m = min(MOST_FACTS, len(weights))
         if len(pieces):   # the facts of the m best pieces (argpartition's choice at a tie, top_k)
             best_pieces = np.zeros(len(weights), dtype=bool)
@@ -643,20 +659,25 @@ _NUMBERS: "weakref.WeakKeyDictionary[Session, tuple[int, np.ndarray]]" = weakref
 def fact_weights(session: Session, weights) -> np.ndarray:
     """Every fact's weight (by its place in session.facts.items): the most weight of the pieces it
     came from, 0 for none."""
-    owner, pieces = _fact_index(session)
+    pairs = _fact_index(session)
     out = np.zeros(len(session.facts), dtype=np.float32)
-    if len(pieces):
-        # the pairs come fact by fact (owner never falls): each fact's most is one reduction of its run
-        starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        most = np.full(len(session.facts), -np.inf, dtype=np.float32)
-        most[owner[starts]] = np.maximum.reduceat(weights[pieces], starts)
-        out = np.where(np.isfinite(most), most, out).astype(np.float32)
+    if len(pairs.pieces):   # the pairs come fact by fact: each fact's most is one reduction of its run
+        out[pairs.run_owner] = np.maximum.reduceat(weights[pairs.pieces], pairs.runs)
     return out
 
 
-def _fact_index(session: Session) -> tuple[np.ndarray, np.ndarray]:
-    """For each (fact, piece it came from) pair, the fact's index and the piece, rebuilt when facts or
-    pieces were added."""
+class FactPieces(NamedTuple):
+    """Each (fact, piece it came from) pair, fact by fact: the fact's index and the piece; and each
+    fact's run of pairs, where it starts and whose it is."""
+
+    owner: np.ndarray
+    pieces: np.ndarray
+    runs: np.ndarray
+    run_owner: np.ndarray
+
+
+def _fact_index(session: Session) -> FactPieces:
+    """The session's FactPieces, rebuilt when facts or pieces were added."""
     key = (len(session.facts), len(session.index.piece_page))
     cached = _PIECE_FACTS.get(session)
     if cached is None or cached[0] != key:
@@ -666,7 +687,9 @@ def _fact_index(session: Session) -> tuple[np.ndarray, np.ndarray]:
             for p in fact_pieces(session, f):
                 owner.append(i)
                 pieces.append(p)
-        cached = _PIECE_FACTS[session] = (key, (np.array(owner, dtype=np.int64), np.array(pieces, dtype=np.int64)))
+        owners = np.array(owner, dtype=np.int64)
+        runs = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]]) if owner else np.zeros(0, dtype=np.int64)
+        cached = _PIECE_FACTS[session] = (key, FactPieces(owners, np.array(pieces, dtype=np.int64), runs, owners[runs]))
     return cached[1]
 
 
@@ -709,10 +732,10 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     # (a fact's turns as a set, made once: the loop asks of each offer whether they were all shown)
     known, counted = session.render.known_lines(), session.render.line_tokens
     for rank, (fact, line, weight) in enumerate(ranked):
-        if weight > 0 and not shown.issuperset(fact.turns):
+        if weight > 0 and not fact.turn_set <= shown:
             cost = known.get(line)
             cost = (counted(line) if cost is None else cost) + 1
-            offers.append((-weight / cost, rank, frozenset(fact.turns), weight, cost, None))
+            offers.append((-weight / cost, rank, fact.turn_set, weight, cost, None))
     if most_excerpts > 0:
         for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
             if excerpt.turn not in shown:

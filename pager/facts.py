@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -53,6 +54,11 @@ class Fact:
     @property
     def id(self) -> str:
         return f"f{self.n}"
+
+    @cached_property
+    def turn_set(self) -> frozenset[int]:
+        """Its turns as a set, made once: the slabs ask question after question whether they were all told."""
+        return frozenset(self.turns)
 
 
 def fact_record(f: Fact) -> dict:

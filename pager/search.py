@@ -1317,9 +1317,20 @@ def label_time(label: str) -> float | None:
 
 
 def date_range(query: str, now: float) -> tuple[float, float] | None:
-    """The time span a query's date expression points at, as epoch seconds [start, end)."""
-    q = query.lower()
+    """The time span a query's date expression points at, as epoch seconds [start, end). The last
+    answer is kept: the page search and the fact search ask for the same message on the same day."""
+    global _LAST_RANGE
     today = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    key = (query, today, time.timezone, time.altzone)   # (the spans are read in the local time zone)
+    if _LAST_RANGE[0] != key:
+        _LAST_RANGE = (key, _date_range(query.lower(), today))
+    return _LAST_RANGE[1]
+
+
+_LAST_RANGE: tuple[tuple | None, tuple[float, float] | None] = (None, None)
+
+
+def _date_range(q: str, today: datetime) -> tuple[float, float] | None:
 
     def day(y: int, m: int, d: int, slack: int = 1):
         try:
