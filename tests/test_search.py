@@ -65,6 +65,16 @@ def test_date_range_expressions():
     assert date_range("what is the plan?", now) is None
 
 
+def test_a_date_range_is_read_again_on_another_day_and_for_another_message():
+    # the page search and the fact search ask for the same message: the answer is kept, but only for it
+    morning, evening = datetime(2026, 11, 30, 8).timestamp(), datetime(2026, 11, 30, 22).timestamp()
+    assert date_range("what did I say yesterday", morning) == date_range("what did I say yesterday", evening)
+    start, _ = date_range("what did I say yesterday", datetime(2026, 12, 1, 8).timestamp())
+    assert datetime.fromtimestamp(start) == datetime(2026, 11, 30)
+    start, _ = date_range("what did I say today", datetime(2026, 12, 1, 9).timestamp())
+    assert datetime.fromtimestamp(start) == datetime(2026, 12, 1)
+
+
 def test_autopage_faults_with_readahead_inside_the_share(mem_home):
     s = mem_home.open("a")
     for i in range(150):
