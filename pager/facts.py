@@ -229,9 +229,10 @@ def query_terms(query: str) -> frozenset[str]:
     """The BM25 terms of a query, as a set, kept for the last query: the facts and the summaries are
     searched for the same message."""
     global _QUERY_TERMS
-    if _QUERY_TERMS[0] != query:
-        _QUERY_TERMS = (query, frozenset(terms(query)))
-    return _QUERY_TERMS[1]
+    held = _QUERY_TERMS   # read once: another thread may replace it meanwhile
+    if held[0] != query:
+        held = _QUERY_TERMS = (query, frozenset(terms(query)))
+    return held[1]
 
 
 _QUERY_TERMS: tuple[str | None, frozenset[str]] = (None, frozenset())
@@ -249,10 +250,10 @@ def best_first(scores: np.ndarray, k: int) -> np.ndarray:
     """`np.argsort(-scores, kind="stable")[:k]` (best first, ties in index order) without sorting
     every score: the k-th best is found by a partition, and only the scores above it and the first
     of those equal to it are sorted."""
-    if k >= len(scores) or len(scores) <= SORTED_WHOLE:
-        return np.argsort(-scores, kind="stable")[:k]
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
+    if k >= len(scores) or len(scores) <= SORTED_WHOLE:
+        return np.argsort(-scores, kind="stable")[:k]
     negative = -scores
     kth = np.partition(negative, k - 1)[k - 1]
     better = np.flatnonzero(negative < kth)

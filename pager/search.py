@@ -1322,15 +1322,17 @@ def date_range(query: str, now: float) -> tuple[float, float] | None:
     global _LAST_RANGE
     today = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
     key = (query, today, time.timezone, time.altzone)   # (the spans are read in the local time zone)
-    if _LAST_RANGE[0] != key:
-        _LAST_RANGE = (key, _date_range(query.lower(), today))
-    return _LAST_RANGE[1]
+    held = _LAST_RANGE   # read once: another thread may replace it meanwhile
+    if held[0] != key:
+        held = _LAST_RANGE = (key, _date_range(query.lower(), today))
+    return held[1]
 
 
 _LAST_RANGE: tuple[tuple | None, tuple[float, float] | None] = (None, None)
 
 
 def _date_range(q: str, today: datetime) -> tuple[float, float] | None:
+    """date_range of a lower-cased query, today's midnight given."""
 
     def day(y: int, m: int, d: int, slack: int = 1):
         try:
