@@ -635,7 +635,38 @@ def rank_facts(session: Session, message: str, weights=None, matches: tuple | No
         if line is None:
             line = lines[f.n] = session.facts.line(f)
         out.append((f, line, read[i]))
-    return out
+    return RankedFacts(out, numbers[order], weight[order].astype(np.float64))
+
+
+class RankedFacts(list):
+    """rank_facts's answer, (fact, its line, its weight) best first, with the facts' numbers and weights
+    as arrays in the same order: split reads them there, not from each fact (200 objects the page
+    search's sweep has left out of the caches)."""
+
+    def __init__(self, items: list[tuple], numbers: np.ndarray, weights: np.ndarray) -> None:
+        super().__init__(items)
+        self.numbers, self.weights = numbers, weights
+
+
+def line_costs(session: Session, ranked: RankedFacts) -> np.ndarray:
+    """Each ranked fact's cost in a fact slab, its line's tokens and one for its newline: counted once
+    per line and kept, by fact number, as long as fact_lines keeps the lines."""
+    lines = fact_lines(session)
+    numbers = ranked.numbers
+    size = int(numbers.max()) + 1 if len(numbers) else 1
+    held = _COSTS.get(session)
+    if held is None or held[0] is not lines:
+        held = _COSTS[session] = (lines, np.zeros(size, dtype=np.int64))   # 0: not counted yet
+    if len(held[1]) < size:
+        held = _COSTS[session] = (lines, np.concatenate([held[1], np.zeros(size - len(held[1]), dtype=np.int64)]))
+    kept = held[1]
+    costs = kept[numbers]
+    for i in np.flatnonzero(costs == 0).tolist():
+        costs[i] = kept[numbers[i]] = session.render.line_tokens(ranked[i][1]) + 1
+    return costs
+
+
+_COSTS: "weakref.WeakKeyDictionary[Session, tuple[dict, np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
 def fact_matches(session: Session, message: str) -> tuple[np.ndarray, list[float]]:
@@ -728,6 +759,16 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
 
     page_turns = turn_weights(session, weights)
+    if most_excerpts <= 0:   # facts alone offer lines (the default): the same loop with one kind
+        if isinstance(ranked, RankedFacts) and len(ranked.weights) == len(ranked):
+            worth, costs = ranked.weights, line_costs(session, ranked)
+        else:
+            worth = np.array([weight for _, _, weight in ranked], dtype=np.float64)
+            costs = np.array([session.render.line_tokens(line) + 1 for _, line, _ in ranked], dtype=np.int64)
+        offered = np.flatnonzero(worth > 0)
+        order = offered[np.lexsort((offered, -worth[offered] / costs[offered]))]   # best value per token, then rank
+        return _split_facts(ranked, order.tolist(), worth.tolist(), costs.tolist(), pages, page_turns, shown,
+                            frames, most, room[False], limit)
     offers: list[tuple] = []   # (-value per token, rank, turns, weight, cost, item or None): a heap; offers only fall as turns are shown
     # (a fact's turns as a set, made once: the loop asks of each offer whether they were all shown)
     known, counted = session.render.known_lines(), session.render.line_tokens
@@ -736,13 +777,10 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
             cost = known.get(line)
             cost = (counted(line) if cost is None else cost) + 1
             offers.append((-weight / cost, rank, fact.turn_set, weight, cost, None))
-    if most_excerpts > 0:
-        for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
-            if excerpt.turn not in shown:
-                cost = session.render.line_tokens(line) + 1
-                offers.append((-weight / cost, rank, frozenset((excerpt.turn,)), weight, cost, (excerpt, line)))
-    if most_excerpts <= 0:   # facts alone offer lines (the default): the same loop with one kind
-        return _split_facts(offers, pages, page_turns, shown, frames, most, room[False], limit)
+    for rank, (excerpt, line, weight) in enumerate(excerpts, len(ranked)):
+        if excerpt.turn not in shown:
+            cost = session.render.line_tokens(line) + 1
+            offers.append((-weight / cost, rank, frozenset((excerpt.turn,)), weight, cost, (excerpt, line)))
     heapq.heapify(offers)
     taken_pages, next_page = 0, 0
     tokens = {False: 0, True: 0}   # of fact lines, of excerpt lines
@@ -794,13 +832,14 @@ def _page_offer(pages: list, next_page: int, page_turns: Callable[[int], dict[in
     return sum(w for t, w in turns_on_page.items() if t not in shown) / limit, turns_on_page
 
 
-def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], dict[int, float]], shown: set[int],
-                 frames: int, most: int, room: int, limit: int) -> tuple[int, int, list[tuple]]:
-    """split's greedy loop when only facts offer lines (`offers`, not yet a heap), `room` a fact slab's
-    tokens for lines. Nothing is offered again once passed, so the heap's pops are the offers in
-    sorted order (by value per token, then rank: no two tie), read here from a sorted list."""
-    offers.sort(reverse=True)   # best last: taking one is a pop from the end
-    pop = list.pop
+def _split_facts(ranked: list[tuple], order: list[int], worth: list[float], costs: list[int], pages: list,
+                 page_turns: Callable[[int], dict[int, float]], shown: set[int], frames: int, most: int, room: int,
+                 limit: int) -> tuple[int, int, list[tuple]]:
+    """split's greedy loop when only facts offer lines, `room` a fact slab's tokens for lines. The facts
+    are offered in `order` (by value per token, then rank: no two tie), each fact's weight and cost
+    at its rank. Nothing is offered again once passed, so this is the heap's order read from a list,
+    and a fact whose turns were all shown drops when it comes up (shown only grows)."""
+    at, end = 0, len(order)
     taken_pages, next_page, tokens, slabs = 0, 0, 0, 0
     stale, page_value = True, 0.0
     turns_on_page: dict[int, float] = {}
@@ -808,21 +847,22 @@ def _split_facts(offers: list[tuple], pages: list, page_turns: Callable[[int], d
         if stale:   # the next page's value changes only when it is taken or a line shows a turn on it
             page_value, turns_on_page = _page_offer(pages, next_page, page_turns, shown, limit)
             stale = False
-        best = None
-        while offers:   # the best offer still standing (a line whose turns were shown meanwhile drops)
-            top = offers[-1]
-            needed = -(-(tokens + top[4]) // room)
-            if top[2] <= shown or needed > most or taken_pages + needed > frames:
-                pop(offers)
+        best = -1
+        while at < end:   # the best offer still standing
+            rank = order[at]
+            needed = -(-(tokens + costs[rank]) // room)
+            if needed > most or taken_pages + needed > frames or ranked[rank][0].turn_set <= shown:
+                at += 1
                 continue
-            best = top
+            best = rank
             break
-        if best is not None and best[3] / best[4] > page_value:
-            pop(offers)
-            tokens += best[4]
+        if best >= 0 and worth[best] / costs[best] > page_value:
+            at += 1
+            tokens += costs[best]
             slabs = -(-tokens // room)
-            shown.update(best[2])
-            stale = not turns_on_page.keys().isdisjoint(best[2])
+            turns = ranked[best][0].turn_set
+            shown.update(turns)
+            stale = not turns_on_page.keys().isdisjoint(turns)
         elif next_page < len(pages) and page_value > 0:
             taken_pages += 1
             next_page += 1

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,8 +38,11 @@ class Draft:
     target: int = 0      # the fact an update or invalidate is about
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fact:
+    """A fact as held in memory. Its fields are slots, in the object itself: the slabs read a few
+    hundred facts' turns and pages per message, one object each, not an object and its dict."""
+
     n: int
     subject: str
     text: str
@@ -50,15 +52,15 @@ class Fact:
     date: str
     source: str        # "recorded", "model", "script"
     ends: bool = False  # an end record: the fact before it on its subject stopped being true, none replaces it
+    # its turns as a set, made once: the slabs ask question after question whether they were all told
+    turn_set: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "turn_set", frozenset(self.turns))
 
     @property
     def id(self) -> str:
         return f"f{self.n}"
-
-    @cached_property
-    def turn_set(self) -> frozenset[int]:
-        """Its turns as a set, made once: the slabs ask question after question whether they were all told."""
-        return frozenset(self.turns)
 
 
 def fact_record(f: Fact) -> dict:

@@ -311,3 +311,48 @@ def test_the_fill_is_on_by_default_and_pager_fill_0_turns_it_off():
     assert Config.load(env={"PAGER_FILL": "0"}).fill is False
     with pytest.raises(ConfigError, match="PAGER_FILL=1"):
         Config.load(env={"PAGER_FILL": "most"})
+
+
+def test_the_split_reads_a_ranking_from_its_arrays_as_from_its_facts(tmp_path):
+    """split reads a ranking's weights and line costs from arrays (RankedFacts); the same facts as a
+    plain list, read one by one, split the frames alike; and a line a newer fact changed is counted again."""
+    home, s = trips_home(tmp_path)
+    question = "Which cities did Maya visit?"
+    hits = s.search(question, k=6, record=False)
+    weights = context.piece_weights(s)
+    ranked = rank_facts(s, question, weights)
+    assert isinstance(ranked, context.RankedFacts) and len(ranked) == 8
+    assert ranked.numbers.tolist() == [f.n for f, _, _ in ranked]
+    assert ranked.weights.tolist() == [w for _, _, w in ranked]
+
+    def recounted(ranking) -> list[int]:
+        return [s.tokenizer.count(line) + 1 for _, line, _ in ranking]
+
+    assert context.line_costs(s, ranked).tolist() == recounted(ranked)
+    fixed = context.fixed_pages(s)
+    splits = set()
+    for frames, most in ((8, 4), (6, 1), (4, 2), (3, 3), (2, 2)):
+        by_arrays = context.split(s, hits, ranked, weights, frames, most, fixed)
+        assert by_arrays == context.split(s, hits, list(ranked), weights, frames, most, fixed), (frames, most)
+        splits.add(by_arrays[:2])
+    assert len(splits) > 1, "the frames asked for change the split"
+    # a newer fact on Lisbon's trip: the older one's line now names it, and its cost is that line's
+    older = next(f for f in s.facts.items if f.subject == "trip Lisbon")
+    s.add_facts([Draft("trip Lisbon", "Maya visited Lisbon again, for a week in the old town.", older.turns)], "script")
+    again = rank_facts(s, question, weights)
+    line = dict((f.n, line) for f, line, _ in again)[older.n]
+    assert "superseded by" in line and line not in [line for _, line, _ in ranked]
+    assert context.line_costs(s, again).tolist() == recounted(again)
+    home.journal.close(remove=True)
+
+
+def test_a_fact_keeps_its_fields_and_turns_through_a_pickle(tmp_path):
+    """Facts are slotted (no dict per fact) and cached as pickles with the session's snapshot."""
+    import pickle
+
+    from pager.facts import Fact
+
+    fact = Fact(3, "trip oslo", "Maya visited Oslo.", (4, 9), (1, 2), 1.0, "8 May 2023", "script")
+    back = pickle.loads(pickle.dumps(fact))
+    assert back == fact and hash(back) == hash(fact) and back.turn_set == frozenset({4, 9})
+    assert not hasattr(fact, "__dict__")
