@@ -334,15 +334,22 @@ class TurnWeights:
 
     def load(self, pages: Iterable[int]) -> None:
         """Read the turns' weights of the pages not read yet, in one array op."""
-        session, read = self.session, self.read
+        read, held_pages, page_pieces = self.read, self.session.pages, self.session.index.page_pieces
         wanted, spans, ids = [], [], []
-        for n in dict.fromkeys(pages):
+        for n in dict.fromkeys(pages):   # each page and its pieces looked up once (both are Python mappings)
             if n in read:
                 continue
-            on_page = session.pages[n].spans if n in session.pages else []
+            try:
+                on_page = held_pages[n].spans
+            except KeyError:
+                on_page = []
+            try:
+                pieces = page_pieces[n]
+            except KeyError:
+                pieces = range(0)
             wanted.append(n)
             spans.append(on_page)
-            ids.append(session.index.page_pieces.get(n, [])[: len(on_page)])
+            ids.append(pieces[: len(on_page)])
         if not wanted:
             return
         every = list(itertools.chain.from_iterable(ids))
