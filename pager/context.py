@@ -766,7 +766,7 @@ def split(session: Session, pages: list, ranked: list[tuple], weights, frames: i
     shown |= {piece.turn.turn for piece in session.packer.pieces} if session.tail_n in fixed else set()
 
     page_turns = turn_weights(session, weights)
-    if most_excerpts <= 0:   # facts alone offer lines (the default): the same loop with one kind
+    if most_excerpts <= 0:   # facts alone offer lines (the default): one kind, its offers sorted once
         if isinstance(ranked, RankedFacts) and len(ranked.weights) == len(ranked):
             worth, costs = ranked.weights, line_costs(session, ranked)
         else:

@@ -340,8 +340,8 @@ def test_the_split_reads_a_ranking_from_its_arrays_as_from_its_facts(tmp_path):
     older = next(f for f in s.facts.items if f.subject == "trip Lisbon")
     s.add_facts([Draft("trip Lisbon", "Maya visited Lisbon again, for a week in the old town.", older.turns)], "script")
     again = rank_facts(s, question, weights)
-    line = dict((f.n, line) for f, line, _ in again)[older.n]
-    assert "superseded by" in line and line not in [line for _, line, _ in ranked]
+    changed = dict((f.n, line) for f, line, _ in again)[older.n]
+    assert "superseded by" in changed and changed not in [line for _, line, _ in ranked]
     assert context.line_costs(s, again).tolist() == recounted(again)
     home.journal.close(remove=True)
 
