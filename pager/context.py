@@ -342,7 +342,7 @@ class TurnWeights:
             try:
                 on_page = held_pages[n].spans
             except KeyError:
-                on_page = []
+                on_page = ()
             try:
                 pieces = page_pieces[n]
             except KeyError:
